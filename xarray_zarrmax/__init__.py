@@ -1,0 +1,25 @@
+"""xarray_zarrmax: read Zarr into xarray and dask at the speed of the storage.
+
+``xr.open_dataset(url_or_store, engine="zarrmax", chunks={})``: one dask task per shard.
+"""
+
+from __future__ import annotations
+
+from .accounting import RequestCounts, request_counts
+from .config import Config, get_config, set_config
+from .errors import CorruptDataError, MetadataError, StoreAccessError, ZarrmaxError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "CorruptDataError",
+    "MetadataError",
+    "RequestCounts",
+    "StoreAccessError",
+    "ZarrmaxError",
+    "__version__",
+    "get_config",
+    "request_counts",
+    "set_config",
+]

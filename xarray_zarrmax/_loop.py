@@ -1,0 +1,88 @@
+"""The one sync bridge: a per-process event loop on a daemon thread, created lazily, reset after fork.
+
+Every dask task (thread or process) submits its coroutines here, so all requests of a process share one
+loop, one connection pool and one request budget. Never ``asyncio.run`` inside the library: it would
+create a loop per call and defeat both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .config import get_config
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+
+
+def _reset_after_fork() -> None:
+    # A forked child inherits the objects but not the threads that ran them: start afresh.
+    global _loop, _thread, _pool, _pool_size, _lock
+    _lock = threading.Lock()
+    _loop = None
+    _thread = None
+    _pool = None
+    _pool_size = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    """The process's I/O loop, started on first use."""
+    global _loop, _thread
+    loop = _loop
+    if loop is not None and loop.is_running():
+        return loop
+    with _lock:
+        if _loop is None or not _loop.is_running():
+            _loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(_loop)
+                _loop.call_soon(started.set)  # type: ignore[union-attr]
+                _loop.run_forever()  # type: ignore[union-attr]
+
+            _thread = threading.Thread(target=run, name="xarray_zarrmax-io", daemon=True)
+            _thread.start()
+            started.wait()
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on the I/O loop and wait for its result from a synchronous caller."""
+    loop = get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise RuntimeError("run_sync was called from the xarray_zarrmax I/O loop itself; await the coroutine instead")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def decode_pool() -> ThreadPoolExecutor:
+    """The process's decode thread pool, sized by ``config.threads``."""
+    global _pool, _pool_size
+    threads = get_config().threads
+    pool = _pool
+    if pool is not None and _pool_size == threads:
+        return pool
+    with _lock:
+        if _pool is None or _pool_size != threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="xarray_zarrmax-decode")
+            _pool_size = threads
+        return _pool

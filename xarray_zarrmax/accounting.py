@@ -1,0 +1,79 @@
+"""Request accounting a user can see: how many GET/LIST/HEAD requests, and how many bytes, per store.
+
+>>> with xarray_zarrmax.request_counts() as counts:
+...     ds = xr.open_dataset(url, engine="zarrmax", chunks={})
+>>> counts.total("get"), counts.by_store
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+KINDS = ("get", "list", "head")
+
+
+@dataclass(slots=True)
+class StoreCounts:
+    """Counts for one store label. ``get`` counts every GET, whole-object or ranged."""
+
+    get: int = 0
+    list: int = 0
+    head: int = 0
+    bytes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"get": self.get, "list": self.list, "head": self.head, "bytes": self.bytes}
+
+
+@dataclass(slots=True)
+class RequestCounts:
+    """What the code inside a `request_counts` block asked of each store (keyed by a label without secrets)."""
+
+    by_store: dict[str, StoreCounts] = field(default_factory=dict)
+    keys: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def total(self, kind: str) -> int:
+        if kind not in (*KINDS, "bytes"):
+            raise ValueError(f"kind must be one of {(*KINDS, 'bytes')}. Got {kind!r} instead.")
+        return sum(getattr(c, kind) for c in self.by_store.values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k!r}: {v.as_dict()}" for k, v in self.by_store.items())
+        return f"RequestCounts({{{inner}}})"
+
+
+_lock = threading.Lock()
+_active: list[RequestCounts] = []
+
+
+def record(store_label: str, kind: str, key: str, nbytes: int = 0) -> None:
+    """Called by the byte sources for every request they send."""
+    if not _active:
+        return
+    with _lock:
+        for counts in _active:
+            c = counts.by_store.get(store_label)
+            if c is None:
+                c = counts.by_store[store_label] = StoreCounts()
+            setattr(c, kind, getattr(c, kind) + 1)
+            c.bytes += nbytes
+            counts.keys.append((store_label, kind, key))
+
+
+@contextlib.contextmanager
+def request_counts() -> Iterator[RequestCounts]:
+    """Count the requests made in this process (every thread) while the block runs.
+
+    Requests made by dask workers in other processes are not seen; use the threaded scheduler to count.
+    """
+    counts = RequestCounts()
+    with _lock:
+        _active.append(counts)
+    try:
+        yield counts
+    finally:
+        with _lock:
+            _active.remove(counts)

@@ -1,0 +1,101 @@
+"""One place for the knobs, with ``XARRAY_ZARRMAX_*`` environment overrides.
+
+>>> import xarray_zarrmax
+>>> xarray_zarrmax.config.concurrency
+64
+>>> with xarray_zarrmax.set_config(concurrency=256):
+...     ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_ENV_PREFIX = "XARRAY_ZARRMAX_"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Process-wide settings.
+
+    Attributes
+    ----------
+    concurrency
+        Most requests in flight per process, across every task and store (one budget, never nested).
+    threads
+        Decode threads per process.
+    split_size
+        Whole objects larger than this are fetched as parallel ranges of about this size (bytes).
+    coalesce_gap
+        Byte ranges of one object closer than this are merged into one request (bytes).
+    full_shard_fraction
+        A read covering at least this fraction of a shard's chunks fetches the whole shard in one GET
+        instead of the index plus ranges.
+    retries
+        Attempts after the first for a failed request that may succeed when repeated.
+    """
+
+    concurrency: int = 64
+    threads: int = max(os.cpu_count() or 1, 1)
+    split_size: int = 16 * 2**20
+    coalesce_gap: int = 2**20
+    full_shard_fraction: float = 0.5
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "threads", "split_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"config {name} must be an integer >= 1. Got {value!r} instead.")
+        if not isinstance(self.coalesce_gap, int) or self.coalesce_gap < 0:
+            raise ValueError(f"config coalesce_gap must be an integer >= 0. Got {self.coalesce_gap!r} instead.")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"config retries must be an integer >= 0. Got {self.retries!r} instead.")
+        if not 0.0 <= float(self.full_shard_fraction) <= 1.0:
+            raise ValueError(
+                f"config full_shard_fraction must be in [0, 1]. Got {self.full_shard_fraction!r} instead."
+            )
+
+
+def _parse_env(name: str, raw: str, kind: type) -> object:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(
+            f"environment variable {_ENV_PREFIX}{name.upper()} must be a {kind.__name__}. Got {raw!r} instead."
+        ) from None
+
+
+def config_from_env(environ: dict[str, str] | None = None) -> Config:
+    """Build a `Config` from defaults overridden by ``XARRAY_ZARRMAX_<NAME>`` variables."""
+    environ = dict(os.environ) if environ is None else environ
+    overrides = {}
+    for field in dataclasses.fields(Config):
+        raw = environ.get(_ENV_PREFIX + field.name.upper())
+        if raw is not None:
+            overrides[field.name] = _parse_env(field.name, raw, float if field.type == "float" else int)
+    return Config(**overrides)  # type: ignore[arg-type]
+
+
+_current: Config = config_from_env()
+
+
+def get_config() -> Config:
+    """The settings in force now."""
+    return _current
+
+
+@contextlib.contextmanager
+def set_config(**changes: object) -> Iterator[Config]:
+    """Change settings for the duration of a ``with`` block (process-wide)."""
+    global _current
+    previous = _current
+    _current = dataclasses.replace(previous, **changes)  # type: ignore[arg-type]
+    try:
+        yield _current
+    finally:
+        _current = previous

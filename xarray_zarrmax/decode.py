@@ -1,0 +1,183 @@
+"""CPU decoding of one chunk's bytes, for the codecs on the fast path.
+
+`plan_codecs` turns zarr metadata into a small picklable `ChunkCodec`, or says why the array must fall
+back to zarr-python. Supported: bytes (either endianness), transpose, v2 order "F", zstd, blosc, gzip,
+zlib, crc32c, no compression; every bool/int/uint/float/complex dtype. Decompressors release the GIL, so
+chunks of a shard decode in parallel on the decode pool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import CorruptDataError
+
+FAST_KINDS = "biufc"
+_BYTES_CODECS = ("zstd", "blosc", "gzip", "zlib", "crc32c")
+
+
+class Unsupported(Exception):
+    """The array is outside the fast path; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCodec:
+    """How to turn one stored chunk into an array of ``chunk_shape`` and ``dtype``."""
+
+    chunk_shape: tuple[int, ...]
+    dtype: np.dtype  # what zarr-python returns
+    stored_dtype: np.dtype  # the element type of the stored bytes, byte order included
+    order: tuple[int, ...] | None  # stored = chunk.transpose(order); None when stored in C order as is
+    bytes_codecs: tuple[str, ...]  # bytes-to-bytes codecs in the order they were applied when writing
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
+
+    @property
+    def direct(self) -> bool:
+        """Whether decoded bytes are already the output's bytes (so they may land in the output directly)."""
+        return self.order is None and self.stored_dtype == self.dtype
+
+    def _unwrap(self, raw: Any, where: str) -> Any:
+        """Apply the bytes-to-bytes decoders, last-applied first, down to the last decompressor."""
+        data = raw
+        for name in reversed(self.bytes_codecs):
+            if name == "crc32c":
+                data = check_crc32c(data, where)
+            else:
+                return data, name
+        return data, None
+
+    def decode(self, raw: Any, where: str) -> np.ndarray:
+        """Decode to a new array of ``chunk_shape``; ``where`` names array, key and chunk for errors."""
+        data, compressor = self._unwrap(raw, where)
+        if compressor is not None:
+            data = _decompress(compressor, data, None, where, self.bytes_codecs)
+        flat = np.frombuffer(data, dtype=np.uint8)
+        if flat.size != self.nbytes:
+            raise CorruptDataError(f"{where}: decoded {flat.size} bytes, expected {self.nbytes} for chunk shape "
+                                   f"{self.chunk_shape} of {self.stored_dtype}")
+        arr = flat.view(self.stored_dtype)
+        if self.order is None:
+            arr = arr.reshape(self.chunk_shape)
+        else:
+            stored_shape = tuple(self.chunk_shape[i] for i in self.order)
+            arr = arr.reshape(stored_shape).transpose(np.argsort(self.order))
+        if arr.dtype != self.dtype:
+            arr = arr.astype(self.dtype)
+        return arr
+
+    def decode_into(self, raw: Any, out: np.ndarray, where: str) -> None:
+        """Decode straight into ``out``: a C-contiguous array of exactly ``chunk_shape`` (needs `direct`)."""
+        target = out.reshape(-1).view(np.uint8)
+        data, compressor = self._unwrap(raw, where)
+        if compressor is None:
+            src = np.frombuffer(data, dtype=np.uint8)
+            if src.size != target.size:
+                raise CorruptDataError(f"{where}: chunk holds {src.size} bytes, expected {target.size}")
+            target[...] = src
+        else:
+            _decompress(compressor, data, target, where, self.bytes_codecs)
+
+
+def check_crc32c(data: Any, where: str) -> memoryview:
+    import google_crc32c
+
+    view = memoryview(data).cast("B")
+    if len(view) < 4:
+        raise CorruptDataError(f"{where}: {len(view)} bytes cannot hold a crc32c checksum")
+    stored = int.from_bytes(view[-4:], "little")
+    computed = google_crc32c.value(np.frombuffer(view[:-4], dtype=np.uint8))
+    if stored != computed:
+        raise CorruptDataError(f"{where}: crc32c checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
+    return view[:-4]
+
+
+_decoders: dict[str, Any] = {}
+
+
+def _decoder(name: str) -> Any:
+    codec = _decoders.get(name)
+    if codec is None:
+        import numcodecs
+
+        codec = _decoders[name] = {
+            "zstd": numcodecs.Zstd, "blosc": numcodecs.Blosc, "gzip": numcodecs.GZip, "zlib": numcodecs.Zlib,
+        }[name]()
+    return codec
+
+
+def _decompress(name: str, data: Any, out: np.ndarray | None, where: str, chain: tuple[str, ...]) -> Any:
+    try:
+        result = _decoder(name).decode(data, out=out) if out is not None else _decoder(name).decode(data)
+    except Exception as err:
+        raise CorruptDataError(f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") from None
+    if out is not None:
+        produced = np.frombuffer(result, dtype=np.uint8).size if result is not out else out.size
+        if produced != out.size:
+            raise CorruptDataError(f"{where}: {name} produced {produced} bytes, expected {out.size}")
+    return result
+
+
+# -- from zarr metadata ------------------------------------------------------------------------------------
+
+
+def output_dtype(metadata: Any) -> np.dtype:
+    return np.dtype(metadata.dtype.to_native_dtype())
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    if dtype.kind not in FAST_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise Unsupported(f"data type {dtype} is not on the fast path")
+
+
+def _bytes_codec_name(codec: Any) -> str:
+    name = type(codec).__name__
+    mapping = {"ZstdCodec": "zstd", "BloscCodec": "blosc", "GzipCodec": "gzip", "Crc32cCodec": "crc32c"}
+    if name not in mapping:
+        raise Unsupported(f"codec {name} is not on the fast path")
+    return mapping[name]
+
+
+def plan_v3_chunk(codecs: tuple[Any, ...], chunk_shape: tuple[int, ...], dtype: np.dtype) -> ChunkCodec:
+    """A `ChunkCodec` for a v3 codec chain (array-to-array, one array-to-bytes, bytes-to-bytes)."""
+    _check_dtype(dtype)
+    order: tuple[int, ...] | None = None
+    i = 0
+    while i < len(codecs) and type(codecs[i]).__name__ == "TransposeCodec":
+        o = tuple(int(x) for x in codecs[i].order)
+        order = o if order is None else tuple(order[j] for j in o)
+        i += 1
+    if i >= len(codecs) or type(codecs[i]).__name__ != "BytesCodec":
+        raise Unsupported(f"array-to-bytes codec {type(codecs[i]).__name__ if i < len(codecs) else None} "
+                          "is not on the fast path")
+    endian = codecs[i].endian
+    big = str(getattr(endian, "value", endian)) == "big"
+    stored = dtype.newbyteorder(">" if big else "<") if dtype.itemsize > 1 else dtype
+    rest = tuple(_bytes_codec_name(c) for c in codecs[i + 1:])
+    if sum(1 for n in rest if n != "crc32c") > 1:
+        raise Unsupported("more than one compressor in the chain")
+    if order is not None and order == tuple(range(len(order))):
+        order = None
+    return ChunkCodec(tuple(chunk_shape), dtype, stored, order, rest)
+
+
+def plan_v2_chunk(metadata: Any) -> ChunkCodec:
+    dtype = output_dtype(metadata)
+    _check_dtype(dtype)
+    if metadata.filters:
+        raise Unsupported("v2 filters are not on the fast path")
+    chain: tuple[str, ...] = ()
+    if metadata.compressor is not None:
+        cid = metadata.compressor.get_config()["id"]
+        if cid not in ("zstd", "blosc", "gzip", "zlib"):
+            raise Unsupported(f"v2 compressor {cid!r} is not on the fast path")
+        chain = (cid,)
+    ndim = len(metadata.chunks)
+    order = tuple(reversed(range(ndim))) if metadata.order == "F" and ndim > 1 else None
+    return ChunkCodec(tuple(metadata.chunks), dtype, dtype, order, chain)

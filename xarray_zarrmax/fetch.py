@@ -1,0 +1,180 @@
+"""Read one box of an array: fetch its shards (whole, or index plus coalesced ranges), decode into the output.
+
+A task reading a whole shard makes one GET and parses the index locally; a partial read fetches the index
+once (cached per process) and coalesces the chunk ranges it needs. Remote sources run on the process's
+one I/O loop under one request budget; local files are read in the calling thread with no event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._loop import decode_pool, run_sync
+from .config import get_config
+from .errors import CorruptDataError
+from .layout import Box, Piece, box_shape, coalesce, intersect, iter_pieces, shard_box
+from .plan import ArrayPlan
+from .shard import EMPTY, parse_index, split_index
+from .stores import ByteSource
+
+_INDEX_CACHE_SIZE = 16384
+_index_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_index_lock = threading.Lock()
+
+
+def _cached_index(token: str, key: str) -> np.ndarray | None:
+    with _index_lock:
+        index = _index_cache.get((token, key))
+        if index is not None:
+            _index_cache.move_to_end((token, key))
+        return index
+
+
+def _cache_index(token: str, key: str, index: np.ndarray) -> None:
+    with _index_lock:
+        _index_cache[(token, key)] = index
+        while len(_index_cache) > _INDEX_CACHE_SIZE:
+            _index_cache.popitem(last=False)
+
+
+@dataclass(slots=True)
+class _Work:
+    """One inner chunk to place: its bytes (None = missing, use the fill value) and where it goes."""
+
+    raw: Any
+    piece: Piece
+    where: str
+
+
+def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> str:
+    chunk = f", chunk {coords}" if coords is not None else ""
+    return f"array {plan.name!r}, key {key!r}{chunk}"
+
+
+async def _fetch_outer(plan: ArrayPlan, source: ByteSource, outer: Piece, box: Box, token: str) -> list[_Work]:
+    """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
+    key = plan.keys.key(outer.coords)
+    if plan.shard is None:
+        raw = await source.get(key)
+        return [_Work(raw, outer, _where(plan, key))]
+
+    fmt = plan.shard
+    sbox = shard_box(outer.coords, plan.outer_chunks, plan.shape)
+    origin = tuple(lo for lo, _ in sbox)
+    pieces = list(iter_pieces(intersect(box, sbox), plan.inner_chunks, plan.shape, origin))
+    # Output regions from iter_pieces are relative to the shard-clipped box; shift them into ``box``.
+    shift = tuple(max(lo, slo) - blo for (lo, _), (slo, _), (blo, _) in zip(box, sbox, box, strict=True))
+    pieces = [
+        Piece(p.coords, p.chunk_region, tuple(slice(s.start + d, s.stop + d) for s, d in zip(p.out_region, shift,
+              strict=True)), p.covers_chunk)
+        for p in pieces
+    ]
+    total = int(np.prod(fmt.chunks_per_shard))
+    index = _cached_index(token, key)
+    if index is None and len(pieces) >= get_config().full_shard_fraction * total:
+        shard = await source.get(key)
+        if shard is None:
+            return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+        index, _ = split_index(fmt, shard, _where(plan, key))
+        _cache_index(token, key, index)
+        data = memoryview(shard).cast("B")
+        return [_slice_chunk(plan, key, index, p, data, 0) for p in pieces]
+
+    if index is None:
+        if fmt.index_at_end:
+            got = await source.get_suffix(key, fmt.index_nbytes)
+            if got is None:
+                return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+            raw_index, size = got
+        else:
+            ranges = await source.get_ranges(key, [(0, fmt.index_nbytes)])
+            if ranges is None:
+                return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+            raw_index, size = ranges[0], None
+        index = parse_index(fmt, raw_index, size, _where(plan, key))
+        _cache_index(token, key, index)
+
+    wanted = [(p, index[p.coords]) for p in pieces]
+    present = [(p, int(e[0]), int(e[0] + e[1])) for p, e in wanted if e[0] != EMPTY]
+    work = [_Work(None, p, _where(plan, key, p.coords)) for p, e in wanted if e[0] == EMPTY]
+    if not present:
+        return work
+    merged = coalesce([(a, b) for _, a, b in present], get_config().coalesce_gap)
+    blobs = await source.get_ranges(key, [(a, b) for a, b, _ in merged])
+    if blobs is None:
+        raise CorruptDataError(f"{_where(plan, key)}: the shard object disappeared while it was being read")
+    for (start, stop, members), blob in zip(merged, blobs, strict=True):
+        data = memoryview(blob).cast("B")
+        if len(data) != stop - start:
+            raise CorruptDataError(
+                f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {len(data)} bytes: "
+                "the object is truncated or its index points outside it"
+            )
+        for i in members:
+            p, a, b = present[i]
+            work.append(_Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
+    return work
+
+
+def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, data: memoryview, base: int) -> _Work:
+    offset, nbytes = index[piece.coords]
+    if offset == EMPTY:
+        return _Work(None, piece, _where(plan, key, piece.coords))
+    a = int(offset) - base
+    return _Work(data[a:a + int(nbytes)], piece, _where(plan, key, piece.coords))
+
+
+def _place(plan: ArrayPlan, out: np.ndarray, work: _Work) -> None:
+    piece = work.piece
+    target = out[piece.out_region]
+    if work.raw is None:
+        target[...] = plan.fill_value
+        return
+    codec = plan.codec
+    if (piece.covers_chunk and codec.direct and target.flags.c_contiguous
+            and target.shape == codec.chunk_shape):
+        codec.decode_into(work.raw, target, work.where)
+        return
+    chunk = codec.decode(work.raw, work.where)
+    target[...] = chunk[piece.chunk_region]
+
+
+def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (local files) without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a local read suspended; it must not need an event loop")
+
+
+async def _fetch_all(plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, token: str) -> list[_Work]:
+    groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, token) for o in outers))
+    return [w for g in groups for w in g]
+
+
+def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
+    """Read the array region ``box`` into a new array."""
+    out = np.empty(box_shape(box), dtype=plan.dtype)
+    if out.size == 0:
+        return out
+    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
+    if source.is_local:
+        work = [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, token))]
+    else:
+        work = run_sync(_fetch_all(plan, source, outers, box, token))
+    if len(work) > 1 and get_config().threads > 1:
+        # Decompressors release the GIL: chunks decode in parallel. list() re-raises the first error.
+        list(decode_pool().map(lambda w: _place(plan, out, w), work))
+    else:
+        for w in work:
+            _place(plan, out, w)
+    return out

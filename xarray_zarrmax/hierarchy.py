@@ -1,0 +1,265 @@
+"""Group and array metadata in the fewest round trips.
+
+- v3 root with consolidated metadata: 1 GET.
+- v3 otherwise: root GET, one LIST, then every member's ``zarr.json`` concurrently.
+- no v3 root: v2 ``.zmetadata`` (1 GET), else ``.zgroup``/``.zattrs``, LIST, member ``.zarray``/``.zattrs``.
+- never a probe for v2 keys once a v3 root is found.
+Concurrency is bounded by the fetch engine's one budget, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import MetadataError
+from .stores import ByteSource
+
+V3_KEY = "zarr.json"
+V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayNode:
+    """One array: its name in the group, its key prefix in the store, its parsed zarr metadata."""
+
+    name: str
+    path: str
+    metadata: Any  # zarr ArrayV3Metadata | ArrayV2Metadata
+
+    @property
+    def zarr_format(self) -> int:
+        return int(self.metadata.zarr_format)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupNode:
+    path: str
+    zarr_format: int
+    attributes: dict[str, Any]
+    arrays: dict[str, ArrayNode]
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+def _parse_json(raw: Any, key: str, source: ByteSource) -> dict[str, Any]:
+    try:
+        doc = json.loads(bytes(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MetadataError(f"malformed JSON in {key!r} of {source.label}: {err}") from None
+    if not isinstance(doc, dict):
+        raise MetadataError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
+    return doc
+
+
+def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource) -> ArrayNode:
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    try:
+        meta = ArrayV3Metadata.from_dict(dict(doc))
+    except Exception as err:
+        raise MetadataError(
+            f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
+        ) from None
+    return ArrayNode(name, path, meta)
+
+
+def _array_v2(name: str, path: str, zarray: dict[str, Any], zattrs: dict[str, Any], source: ByteSource) -> ArrayNode:
+    from zarr.core.metadata.v2 import ArrayV2Metadata
+
+    try:
+        meta = ArrayV2Metadata.from_dict({**zarray, "attributes": zattrs})
+    except Exception as err:
+        raise MetadataError(
+            f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
+        ) from None
+    return ArrayNode(name, path, meta)
+
+
+def _check_format(doc: dict[str, Any], expected: int, key: str, source: ByteSource) -> None:
+    found = doc.get("zarr_format")
+    if found != expected:
+        raise MetadataError(
+            f"unsupported zarr_format in {key!r} of {source.label}: expected {expected}, got {found!r}"
+        )
+
+
+def parse_zarr_format(zarr_format: Any) -> int | None:
+    if zarr_format is None or zarr_format in (2, 3):
+        return zarr_format
+    raise ValueError(f"unsupported zarr_format: expected 2, 3 or None. Got {zarr_format!r} instead.")
+
+
+async def load_group(
+    source: ByteSource,
+    group: str | None = None,
+    *,
+    consolidated: bool | None = None,
+    zarr_format: int | None = None,
+    variables: Collection[str] | None = None,
+) -> GroupNode:
+    """Read the metadata of ``group`` and its member arrays (only ``variables`` and their coordinates)."""
+    zarr_format = parse_zarr_format(zarr_format)
+    gpath = (group or "").strip("/")
+    if zarr_format in (None, 3):
+        raw = await source.get(_join(gpath, V3_KEY))
+        if raw is not None:
+            doc = _parse_json(raw, _join(gpath, V3_KEY), source)
+            _check_format(doc, 3, _join(gpath, V3_KEY), source)
+            return await _load_v3(source, gpath, doc, consolidated, variables)
+    if zarr_format in (None, 2):
+        node = await _load_v2(source, gpath, consolidated, variables)
+        if node is not None:
+            return node
+    await _raise_missing(source, gpath, zarr_format)
+    raise AssertionError("unreachable")
+
+
+async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:
+    try:
+        listing = await source.list_dir(gpath)
+    except Exception as err:
+        raise FileNotFoundError(f"no Zarr store at {source.label} (group {gpath or '/'!r}): {err}") from None
+    wanted = {3: "zarr.json", 2: ".zgroup or .zmetadata"}.get(zarr_format or 0, "zarr.json, .zgroup or .zmetadata")
+    if not listing:
+        raise FileNotFoundError(
+            f"no Zarr store at {source.label} (group {gpath or '/'!r}): the location is empty or does not exist"
+        )
+    shown = ", ".join(listing[:5]) + (", ..." if len(listing) > 5 else "")
+    raise MetadataError(
+        f"not a Zarr group: {source.label} (group {gpath or '/'!r}) has no {wanted}; it contains: {shown}"
+    )
+
+
+def _wanted(name: str, variables: Collection[str] | None) -> bool:
+    return variables is None or name in variables
+
+
+def _coordinate_names(arrays: dict[str, ArrayNode]) -> set[str]:
+    """Names the given arrays refer to as coordinates: their dimensions and their ``coordinates`` attribute."""
+    names: set[str] = set()
+    for node in arrays.values():
+        meta = node.metadata
+        dims = getattr(meta, "dimension_names", None) or meta.attributes.get("_ARRAY_DIMENSIONS") or ()
+        names.update(d for d in dims if d)
+        coords = meta.attributes.get("coordinates")
+        if isinstance(coords, str):
+            names.update(coords.split())
+    return names
+
+
+async def _load_v3(
+    source: ByteSource,
+    gpath: str,
+    doc: dict[str, Any],
+    consolidated: bool | None,
+    variables: Collection[str] | None,
+) -> GroupNode:
+    key = _join(gpath, V3_KEY)
+    if doc.get("node_type") != "group":
+        raise MetadataError(
+            f"expected a group in {key!r} of {source.label}. Got node_type={doc.get('node_type')!r}"
+        )
+    attributes = dict(doc.get("attributes") or {})
+    cm = doc.get("consolidated_metadata")
+    if consolidated is not False and isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
+        arrays = {}
+        for name, member in cm["metadata"].items():
+            if "/" in name or not isinstance(member, dict) or member.get("node_type") != "array":
+                continue
+            arrays[name] = member
+        selected = {n: _array_v3(n, _join(gpath, n), d, source) for n, d in arrays.items() if _wanted(n, variables)}
+        if variables is not None:
+            for n in _coordinate_names(selected) & set(arrays) - set(selected):
+                selected[n] = _array_v3(n, _join(gpath, n), arrays[n], source)
+        return GroupNode(gpath, 3, attributes, dict(sorted(selected.items())))
+    if consolidated is True:
+        raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
+
+    names = [n for n in await source.list_dir(gpath) if n != V3_KEY]
+    first = [n for n in names if _wanted(n, variables)]
+    arrays = await _fetch_v3_arrays(source, gpath, first)
+    if variables is not None:
+        missing = (_coordinate_names(arrays) & set(names)) - set(arrays)
+        arrays.update(await _fetch_v3_arrays(source, gpath, sorted(missing)))
+    return GroupNode(gpath, 3, attributes, dict(sorted(arrays.items())))
+
+
+async def _fetch_v3_arrays(source: ByteSource, gpath: str, names: list[str]) -> dict[str, ArrayNode]:
+    raws = await asyncio.gather(*(source.get(_join(gpath, n, V3_KEY)) for n in names))
+    arrays = {}
+    for name, raw in zip(names, raws, strict=True):
+        if raw is None:
+            continue  # a stray object or a folder without metadata: not a member
+        doc = _parse_json(raw, _join(gpath, name, V3_KEY), source)
+        if doc.get("node_type") == "array":
+            _check_format(doc, 3, _join(gpath, name, V3_KEY), source)
+            arrays[name] = _array_v3(name, _join(gpath, name), doc, source)
+    return arrays
+
+
+async def _load_v2(
+    source: ByteSource, gpath: str, consolidated: bool | None, variables: Collection[str] | None
+) -> GroupNode | None:
+    if consolidated is not False:
+        raw = await source.get(_join(gpath, V2_CONSOLIDATED))
+        if raw is not None:
+            return _from_zmetadata(source, gpath, _parse_json(raw, _join(gpath, V2_CONSOLIDATED), source), variables)
+        if consolidated is True:
+            raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
+    zgroup_raw, zattrs_raw = await asyncio.gather(
+        source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
+    )
+    if zgroup_raw is None:
+        return None
+    _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
+    attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
+    names = [n for n in await source.list_dir(gpath) if not n.startswith(".z")]
+    arrays = await _fetch_v2_arrays(source, gpath, [n for n in names if _wanted(n, variables)])
+    if variables is not None:
+        missing = (_coordinate_names(arrays) & set(names)) - set(arrays)
+        arrays.update(await _fetch_v2_arrays(source, gpath, sorted(missing)))
+    return GroupNode(gpath, 2, attributes, dict(sorted(arrays.items())))
+
+
+async def _fetch_v2_arrays(source: ByteSource, gpath: str, names: list[str]) -> dict[str, ArrayNode]:
+    raws = await asyncio.gather(
+        *(source.get(_join(gpath, n, k)) for n in names for k in (V2_ARRAY, V2_ATTRS))
+    )
+    arrays = {}
+    for i, name in enumerate(names):
+        zarray_raw, zattrs_raw = raws[2 * i], raws[2 * i + 1]
+        if zarray_raw is None:
+            continue
+        zarray = _parse_json(zarray_raw, _join(gpath, name, V2_ARRAY), source)
+        _check_format(zarray, 2, _join(gpath, name, V2_ARRAY), source)
+        zattrs = _parse_json(zattrs_raw, _join(gpath, name, V2_ATTRS), source) if zattrs_raw is not None else {}
+        arrays[name] = _array_v2(name, _join(gpath, name), zarray, zattrs, source)
+    return arrays
+
+
+def _from_zmetadata(
+    source: ByteSource, gpath: str, doc: dict[str, Any], variables: Collection[str] | None
+) -> GroupNode:
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
+    # Consolidated keys are relative to the store root, which is where .zmetadata lives when gpath is "".
+    prefix = ""
+    attributes = dict(meta.get(_join(prefix, V2_ATTRS), {}) or {})
+    found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for key, value in meta.items():
+        if key.endswith("/" + V2_ARRAY):
+            name = key[: -len(V2_ARRAY) - 1]
+            if "/" not in name:
+                found[name] = (value, meta.get(_join(name, V2_ATTRS), {}) or {})
+    selected = {n: _array_v2(n, _join(gpath, n), *found[n], source) for n in found if _wanted(n, variables)}
+    if variables is not None:
+        for n in _coordinate_names(selected) & set(found) - set(selected):
+            selected[n] = _array_v2(n, _join(gpath, n), *found[n], source)
+    return GroupNode(gpath, 2, attributes, dict(sorted(selected.items())))

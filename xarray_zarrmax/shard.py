@@ -1,0 +1,98 @@
+"""Shard indexes: where each chunk lives inside a shard object, validated before any byte is trusted."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .decode import Unsupported, check_crc32c
+from .errors import CorruptDataError
+
+EMPTY = np.uint64(2**64 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardFormat:
+    """The ``sharding_indexed`` codec's layout: chunks per shard and how the index is stored."""
+
+    chunks_per_shard: tuple[int, ...]
+    index_at_end: bool
+    index_big_endian: bool
+    index_crc32c: bool
+
+    @property
+    def index_nbytes(self) -> int:
+        return 16 * math.prod(self.chunks_per_shard) + (4 if self.index_crc32c else 0)
+
+    def index_range(self, object_size: int) -> tuple[int, int]:
+        n = self.index_nbytes
+        return (object_size - n, object_size) if self.index_at_end else (0, n)
+
+
+def plan_shard_format(codec: Any, shard_shape: tuple[int, ...]) -> ShardFormat:
+    inner = tuple(int(c) for c in codec.chunk_shape)
+    if any(s % c for s, c in zip(shard_shape, inner, strict=True)):
+        raise Unsupported(f"shard shape {shard_shape} is not a multiple of the chunk shape {inner}")
+    names = [type(c).__name__ for c in codec.index_codecs]
+    if not names or names[0] != "BytesCodec" or any(n != "Crc32cCodec" for n in names[1:]) or len(names) > 2:
+        raise Unsupported(f"shard index codecs {names} are not on the fast path")
+    endian = str(getattr(codec.index_codecs[0].endian, "value", codec.index_codecs[0].endian))
+    location = str(getattr(codec.index_location, "value", codec.index_location))
+    return ShardFormat(
+        chunks_per_shard=tuple(s // c for s, c in zip(shard_shape, inner, strict=True)),
+        index_at_end=location == "end",
+        index_big_endian=endian == "big",
+        index_crc32c=len(names) == 2,
+    )
+
+
+def parse_index(fmt: ShardFormat, raw: Any, object_size: int | None, where: str) -> np.ndarray:
+    """Parse and check an index: an array ``(*chunks_per_shard, 2)`` of (offset, nbytes), EMPTY where absent.
+
+    ``object_size`` (when known) bounds every entry; entries must not overlap the index itself.
+    """
+    view = memoryview(raw).cast("B")
+    if len(view) != fmt.index_nbytes:
+        raise CorruptDataError(
+            f"{where}: shard index is {len(view)} bytes, expected {fmt.index_nbytes}"
+            + (f" (the shard object is {object_size} bytes: truncated?)" if object_size is not None else "")
+        )
+    if fmt.index_crc32c:
+        view = check_crc32c(view, f"{where} (shard index)")
+    index = np.frombuffer(view, dtype=">u8" if fmt.index_big_endian else "<u8").astype(np.uint64, copy=False)
+    index = index.reshape(*fmt.chunks_per_shard, 2)
+    offsets, lengths = index[..., 0], index[..., 1]
+    empty_off, empty_len = offsets == EMPTY, lengths == EMPTY
+    if np.any(empty_off != empty_len):
+        bad = np.argwhere(empty_off != empty_len)[0]
+        raise CorruptDataError(f"{where}: shard index entry for chunk {tuple(int(i) for i in bad)} is half empty")
+    present = ~empty_off
+    if object_size is not None and np.any(present):
+        ends = offsets[present] + lengths[present]
+        lo, hi = fmt.index_range(object_size)
+        data_lo, data_hi = (0, lo) if fmt.index_at_end else (hi, object_size)
+        bad_mask = (ends > data_hi) | (offsets[present] < data_lo) | (ends < offsets[present])
+        if np.any(bad_mask):
+            k = int(np.argmax(bad_mask))
+            chunk = tuple(int(i) for i in np.argwhere(present)[k])
+            a, b = int(offsets[present][k]), int(ends[k])
+            raise CorruptDataError(
+                f"{where}: shard index entry for chunk {chunk} points to bytes [{a}, {b}) outside the "
+                f"data section [{data_lo}, {data_hi}) of the {object_size}-byte shard object"
+            )
+    return index
+
+
+def split_index(fmt: ShardFormat, shard: Any, where: str) -> tuple[np.ndarray, int]:
+    """Parse the index out of a whole shard object; returns the index and the object's size."""
+    data = memoryview(shard).cast("B")
+    size = len(data)
+    if size < fmt.index_nbytes:
+        raise CorruptDataError(
+            f"{where}: shard object is {size} bytes, smaller than its {fmt.index_nbytes}-byte index: truncated?"
+        )
+    lo, hi = fmt.index_range(size)
+    return parse_index(fmt, data[lo:hi], size, where), size

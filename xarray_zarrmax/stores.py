@@ -1,0 +1,428 @@
+"""Byte sources: one small, picklable interface over local files, obstore stores and any zarr Store.
+
+A source answers ``get`` (whole object), ``get_ranges`` (several byte ranges of one object), ``get_suffix``
+(the last n bytes, for shard indexes) and ``list_dir`` (immediate children of a prefix). Missing objects
+are ``None``, never an exception, so callers can apply fill values. Every request is counted in
+`xarray_zarrmax.accounting`. Sources never import xarray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from . import accounting
+from ._budget import request_slot
+from .config import get_config
+from .errors import StoreAccessError
+
+Buffer = Any  # anything exposing the buffer protocol: bytes, memoryview, numpy uint8, obstore Bytes
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix else key
+
+
+class ByteSource:
+    """Interface; see the module docstring. ``label`` names the store without secrets."""
+
+    label: str
+    #: True when reads are plain file reads that need no event loop.
+    is_local: bool = False
+
+    async def get(self, key: str) -> Buffer | None:
+        raise NotImplementedError
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+        """Return the bytes of each ``(start, stop)`` range, or None if the object is missing."""
+        raise NotImplementedError
+
+    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
+        """The last ``nbytes`` bytes and, where the store says, the object's size."""
+        raise NotImplementedError
+
+    async def list_dir(self, prefix: str) -> list[str]:
+        raise NotImplementedError
+
+    def zarr_store(self) -> Any:
+        """A zarr Store over the same bytes, for arrays that fall back to zarr-python."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.label!r})"
+
+
+# -- local files ---------------------------------------------------------------------------------------
+
+
+class LocalSource(ByteSource):
+    """A directory on a local file system: positional reads into preallocated buffers, no event loop."""
+
+    is_local = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.label = f"file://{self.root}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LocalSource, (str(self.root),))
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def read(self, key: str) -> np.ndarray | None:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            out = np.empty(size, dtype=np.uint8)
+            view = memoryview(out)
+            done = 0
+            while done < size:
+                n = os.preadv(fd, [view[done:]], done)
+                if n == 0:
+                    break
+                done += n
+        finally:
+            os.close(fd)
+        accounting.record(self.label, "get", key, done)
+        return out[:done]
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[np.ndarray] | None:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        out = []
+        try:
+            for start, stop in ranges:
+                buf = np.empty(max(stop - start, 0), dtype=np.uint8)
+                n = os.preadv(fd, [memoryview(buf)], start) if len(buf) else 0
+                accounting.record(self.label, "get", key, n)
+                out.append(buf[:n])
+        finally:
+            os.close(fd)
+        return out
+
+    def read_suffix(self, key: str, nbytes: int) -> tuple[np.ndarray, int] | None:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            start = max(size - nbytes, 0)
+            buf = np.empty(size - start, dtype=np.uint8)
+            n = os.preadv(fd, [memoryview(buf)], start) if len(buf) else 0
+        finally:
+            os.close(fd)
+        accounting.record(self.label, "get", key, n)
+        return buf[:n], size
+
+    async def get(self, key: str) -> Buffer | None:
+        return self.read(key)
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+        return self.read_ranges(key, ranges)
+
+    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
+        return self.read_suffix(key, nbytes)
+
+    async def list_dir(self, prefix: str) -> list[str]:
+        accounting.record(self.label, "list", prefix)
+        try:
+            return sorted(os.listdir(self._path(prefix) if prefix else self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def zarr_store(self) -> Any:
+        from zarr.storage import LocalStore
+
+        return LocalStore(self.root, read_only=True)
+
+
+# -- obstore (S3, and any other obstore store) ------------------------------------------------------------
+
+#: obstore errors that say the request may succeed if sent again.
+_TRANSIENT_WORDS = ("timed out", "timeout", "connection", "reset", "broken pipe", "error sending request",
+                    "incomplete", "eof", "503", "502", "500", "slow down", "unexpected end")
+
+
+def _is_transient(err: BaseException) -> bool:
+    text = str(err).lower()
+    return any(w in text for w in _TRANSIENT_WORDS)
+
+
+class ObstoreSource(ByteSource):
+    """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop."""
+
+    def __init__(self, store: Any, prefix: str = "", label: str | None = None) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.label = label or _obstore_label(store, self.prefix)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObstoreSource, (self.store, self.prefix, self.label))
+
+    async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import obstore.exceptions as oe
+
+        retries = get_config().retries
+        for attempt in range(retries + 1):
+            try:
+                async with request_slot():
+                    result = await fn(self.store, *args, **kwargs)
+                    if hasattr(result, "bytes_async"):
+                        return result, await result.bytes_async()
+                    return result
+            except FileNotFoundError:
+                raise
+            except oe.NotFoundError:
+                raise FileNotFoundError(key) from None
+            except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
+                raise StoreAccessError(
+                    f"{what} {key!r} on {self.label} was refused: check the credentials "
+                    f"({type(err).__name__}: {_first_line(err)})"
+                ) from None
+            except Exception as err:
+                if attempt < retries and _is_transient(err):
+                    await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
+                    continue
+                raise StoreAccessError(
+                    f"{what} {key!r} on {self.label} failed after {attempt + 1} attempt(s): "
+                    f"{type(err).__name__}: {_first_line(err)}"
+                ) from err
+        raise AssertionError("unreachable")
+
+    async def get(self, key: str) -> Buffer | None:
+        import obstore
+
+        path = _join(self.prefix, key)
+        try:
+            _, data = await self._call("GET", path, obstore.get_async, path)
+        except FileNotFoundError:
+            accounting.record(self.label, "get", key, 0)
+            return None
+        accounting.record(self.label, "get", key, len(data))
+        return data
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+        import obstore
+
+        path = _join(self.prefix, key)
+
+        async def one(start: int, stop: int) -> Buffer:
+            if stop <= start:
+                return b""
+            data = await self._call("GET range", path, obstore.get_range_async, path, start=start, end=stop)
+            accounting.record(self.label, "get", key, len(data))
+            return data
+
+        try:
+            return list(await asyncio.gather(*(one(a, b) for a, b in ranges)))
+        except FileNotFoundError:
+            accounting.record(self.label, "get", key, 0)
+            return None
+
+    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
+        import obstore
+
+        path = _join(self.prefix, key)
+        try:
+            result, data = await self._call(
+                "GET suffix", path, obstore.get_async, path, options={"range": {"suffix": nbytes}}
+            )
+        except FileNotFoundError:
+            accounting.record(self.label, "get", key, 0)
+            return None
+        accounting.record(self.label, "get", key, len(data))
+        return data, int(result.meta["size"])
+
+    async def list_dir(self, prefix: str) -> list[str]:
+        import obstore
+
+        path = _join(self.prefix, prefix)
+        listing = await self._call("LIST", path + "/", obstore.list_with_delimiter_async, path + "/" if path else None)
+        accounting.record(self.label, "list", prefix)
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
+        names += [o["path"].rsplit("/", 1)[-1] for o in listing["objects"]]
+        return sorted(set(names))
+
+    def zarr_store(self) -> Any:
+        from obstore.store import PrefixStore
+        from zarr.storage import ObjectStore
+
+        store = PrefixStore(self.store, self.prefix) if self.prefix else self.store
+        return ObjectStore(store, read_only=True)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _obstore_label(store: Any, prefix: str) -> str:
+    # Never the config: it holds credentials.
+    name = type(store).__name__
+    if name == "S3Store":
+        endpoint = (store.config or {}).get("endpoint", "aws")
+        base = f"s3://{store.config.get('bucket', '?')}/{(store.prefix or '')}"
+        return f"{_join(base.rstrip('/'), prefix)} ({_redact_url(str(endpoint))})"
+    if name == "LocalStore":
+        return f"file://{_join(str(store.prefix or ''), prefix)}"
+    return f"{name}({(getattr(store, 'prefix', '') or '')}{'/' + prefix if prefix else ''})"
+
+
+def _redact_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password or parsed.username:
+        return parsed._replace(netloc=parsed.hostname + (f":{parsed.port}" if parsed.port else "")).geturl()
+    return url
+
+
+# -- any zarr Store (MemoryStore, Icechunk, FsspecStore, ...) -------------------------------------------
+
+
+class ZarrStoreSource(ByteSource):
+    """Any zarr-python Store, through its async API (Icechunk stores read from their session)."""
+
+    def __init__(self, store: Any, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.label = f"{type(store).__name__}({self.prefix or '/'})@{id(store):x}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ZarrStoreSource, (self.store, self.prefix))
+
+    async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        try:
+            async with request_slot():
+                buf = await self.store.get(_join(self.prefix, key), prototype=default_buffer_prototype(), byte_range=byte_range)
+        except FileNotFoundError:
+            buf = None
+        except Exception as err:
+            raise StoreAccessError(
+                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
+            ) from err
+        data = None if buf is None else buf.as_numpy_array().view(np.uint8).reshape(-1)
+        accounting.record(self.label, "get", key, 0 if data is None else len(data))
+        return data
+
+    async def get(self, key: str) -> Buffer | None:
+        return await self._get(key)
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+        from zarr.abc.store import RangeByteRequest
+
+        parts = await asyncio.gather(
+            *(self._get(key, RangeByteRequest(a, b)) for a, b in ranges if b > a)
+        )
+        if any(p is None for p in parts):
+            return None
+        it = iter(parts)
+        return [next(it) if b > a else b"" for a, b in ranges]
+
+    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
+        from zarr.abc.store import SuffixByteRequest
+
+        data = await self._get(key, SuffixByteRequest(nbytes))
+        return None if data is None else (data, None)
+
+    async def list_dir(self, prefix: str) -> list[str]:
+        accounting.record(self.label, "list", prefix)
+        path = _join(self.prefix, prefix)
+        try:
+            return sorted({name.rstrip("/") async for name in self.store.list_dir(path)})
+        except FileNotFoundError:
+            return []
+
+    def zarr_store(self) -> Any:
+        return self.store
+
+
+# -- resolving what the user passed ------------------------------------------------------------------------
+
+_CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout",
+                       "pool_idle_timeout", "http1_only", "http2_only", "user_agent"}
+
+
+def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:
+    """An obstore S3Store for ``s3://bucket/prefix``; credentials from options or the AWS environment."""
+    from obstore.store import S3Store
+
+    parsed = urlparse(url)
+    if not parsed.netloc:
+        raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {url!r} instead.")
+    options = dict(storage_options or {})
+    client_options = dict(options.pop("client_options", {}) or {})
+    for key in list(options):
+        if key in _CLIENT_OPTION_KEYS:
+            client_options[key] = options.pop(key)
+    endpoint = options.get("endpoint") or options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
+    if "endpoint_url" in options:
+        options["endpoint"] = options.pop("endpoint_url")
+    if endpoint and str(endpoint).startswith("http://"):
+        client_options.setdefault("allow_http", True)
+    options.setdefault("region", os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
+    try:
+        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, client_options=client_options or None,
+                        **options)
+    except Exception as err:
+        raise ValueError(
+            f"could not configure S3 store for {url!r}: {type(err).__name__}: {_first_line(err)}"
+        ) from None
+    return ObstoreSource(store)
+
+
+def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
+    """Turn what the user passed into a `ByteSource`.
+
+    Accepts a local path or ``file://`` URL, an ``s3://`` URL, an obstore store, a zarr Store
+    (Icechunk's included), an Icechunk Session, or a `ByteSource`.
+    """
+    if isinstance(target, ByteSource):
+        return target
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if isinstance(target, str):
+        if target.startswith("s3://"):
+            return s3_store_from_url(target, storage_options)
+        if target.startswith("file://"):
+            target = urlparse(target).path
+        elif "://" in target:
+            raise ValueError(
+                f"expected a local path, file:// or s3:// URL. Got a URL with scheme {target.split('://')[0]!r}: "
+                f"{target!r}; pass an obstore or zarr Store for other protocols"
+            )
+        path = Path(target).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
+        if not path.is_dir():
+            raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
+        return LocalSource(path.resolve())
+    module = type(target).__module__ or ""
+    if module.startswith("icechunk") and hasattr(target, "store") and hasattr(target, "snapshot_id"):
+        return ZarrStoreSource(target.store)
+    if module.startswith("obstore"):
+        return ObstoreSource(target)
+    try:
+        from zarr.abc.store import Store
+    except ImportError:  # pragma: no cover - zarr is a hard dependency
+        Store = ()  # type: ignore[assignment,misc]
+    if isinstance(target, Store):
+        return ZarrStoreSource(target)
+    raise TypeError(
+        "expected a local path, file:// or s3:// URL, an obstore store, a zarr Store or an Icechunk Session. "
+        f"Got {type(target).__module__}.{type(target).__qualname__} instead."
+    )
