@@ -70,6 +70,7 @@ class LocalSource(ByteSource):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.label = f"file://{self.root}"
+        self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LocalSource, (str(self.root),))
@@ -147,7 +148,9 @@ class LocalSource(ByteSource):
     def zarr_store(self) -> Any:
         from zarr.storage import LocalStore
 
-        return LocalStore(self.root, read_only=True)
+        if self._zarr_store is None:
+            self._zarr_store = LocalStore(self.root, read_only=True)
+        return self._zarr_store
 
 
 # -- obstore (S3, and any other obstore store) ------------------------------------------------------------
@@ -165,13 +168,13 @@ def _is_transient(err: BaseException) -> bool:
 class ObstoreSource(ByteSource):
     """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop."""
 
-    def __init__(self, store: Any, prefix: str = "", label: str | None = None) -> None:
+    def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
-        self.prefix = prefix.strip("/")
-        self.label = label or _obstore_label(store, self.prefix)
+        self.label = label or _obstore_label(store)
+        self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ObstoreSource, (self.store, self.prefix, self.label))
+        return (ObstoreSource, (self.store, self.label))
 
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import obstore.exceptions as oe
@@ -206,7 +209,7 @@ class ObstoreSource(ByteSource):
     async def get(self, key: str) -> Buffer | None:
         import obstore
 
-        path = _join(self.prefix, key)
+        path = key
         try:
             _, data = await self._call("GET", path, obstore.get_async, path)
         except FileNotFoundError:
@@ -218,7 +221,7 @@ class ObstoreSource(ByteSource):
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
         import obstore
 
-        path = _join(self.prefix, key)
+        path = key
 
         async def one(start: int, stop: int) -> Buffer:
             if stop <= start:
@@ -236,7 +239,7 @@ class ObstoreSource(ByteSource):
     async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
         import obstore
 
-        path = _join(self.prefix, key)
+        path = key
         try:
             result, data = await self._call(
                 "GET suffix", path, obstore.get_async, path, options={"range": {"suffix": nbytes}}
@@ -250,7 +253,7 @@ class ObstoreSource(ByteSource):
     async def list_dir(self, prefix: str) -> list[str]:
         import obstore
 
-        path = _join(self.prefix, prefix)
+        path = prefix.strip("/")
         listing = await self._call("LIST", path + "/", obstore.list_with_delimiter_async, path + "/" if path else None)
         accounting.record(self.label, "list", prefix)
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
@@ -258,11 +261,11 @@ class ObstoreSource(ByteSource):
         return sorted(set(names))
 
     def zarr_store(self) -> Any:
-        from obstore.store import PrefixStore
         from zarr.storage import ObjectStore
 
-        store = PrefixStore(self.store, self.prefix) if self.prefix else self.store
-        return ObjectStore(store, read_only=True)
+        if self._zarr_store is None:
+            self._zarr_store = ObjectStore(self.store, read_only=True)
+        return self._zarr_store
 
 
 def _first_line(err: BaseException) -> str:
@@ -270,16 +273,16 @@ def _first_line(err: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-def _obstore_label(store: Any, prefix: str) -> str:
+def _obstore_label(store: Any) -> str:
     # Never the config: it holds credentials.
     name = type(store).__name__
+    prefix = str(getattr(store, "prefix", "") or "")
     if name == "S3Store":
         endpoint = (store.config or {}).get("endpoint", "aws")
-        base = f"s3://{store.config.get('bucket', '?')}/{(store.prefix or '')}"
-        return f"{_join(base.rstrip('/'), prefix)} ({_redact_url(str(endpoint))})"
+        return f"{_join('s3://' + str(store.config.get('bucket', '?')), prefix)} ({_redact_url(str(endpoint))})"
     if name == "LocalStore":
-        return f"file://{_join(str(store.prefix or ''), prefix)}"
-    return f"{name}({(getattr(store, 'prefix', '') or '')}{'/' + prefix if prefix else ''})"
+        return f"file://{prefix}"
+    return f"{name}({prefix})"
 
 
 def _redact_url(url: str) -> str:
@@ -295,20 +298,19 @@ def _redact_url(url: str) -> str:
 class ZarrStoreSource(ByteSource):
     """Any zarr-python Store, through its async API (Icechunk stores read from their session)."""
 
-    def __init__(self, store: Any, prefix: str = "") -> None:
+    def __init__(self, store: Any) -> None:
         self.store = store
-        self.prefix = prefix.strip("/")
-        self.label = f"{type(store).__name__}({self.prefix or '/'})@{id(store):x}"
+        self.label = f"{type(store).__name__}@{id(store):x}"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ZarrStoreSource, (self.store, self.prefix))
+        return (ZarrStoreSource, (self.store,))
 
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
 
         try:
             async with request_slot():
-                buf = await self.store.get(_join(self.prefix, key), prototype=default_buffer_prototype(), byte_range=byte_range)
+                buf = await self.store.get(key, prototype=default_buffer_prototype(), byte_range=byte_range)
         except FileNotFoundError:
             buf = None
         except Exception as err:
@@ -341,9 +343,8 @@ class ZarrStoreSource(ByteSource):
 
     async def list_dir(self, prefix: str) -> list[str]:
         accounting.record(self.label, "list", prefix)
-        path = _join(self.prefix, prefix)
         try:
-            return sorted({name.rstrip("/") async for name in self.store.list_dir(path)})
+            return sorted({name.rstrip("/") async for name in self.store.list_dir(prefix.strip("/"))})
         except FileNotFoundError:
             return []
 

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.stores import STORE_KINDS, StoreFactory
+from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
+
+os.environ.setdefault("ICECHUNK_LOG", "error")  # its per-commit warning about local storage floods the log
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+warnings.filterwarnings("ignore", message=".*consolidated.*", category=RuntimeWarning)
+
+
+def _missing(what: str) -> None:
+    message = f"{what} not found: run `bash ci/install_services.sh` (the README's test command does)"
+    if IN_CI:
+        pytest.fail(message)  # in CI a missing service is a failure, never a skip
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def minio() -> Iterator[MinioServer]:
+    binary = minio_binary()
+    if binary is None:
+        _missing("the MinIO binary")
+    server = MinioServer(binary).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def bucket(minio: MinioServer) -> str:
+    return minio.make_bucket("zarrmax-tests")
+
+
+@pytest.fixture(scope="session")
+def toxiproxy() -> Iterator[Toxiproxy]:
+    found = toxiproxy_binaries()
+    if found is None:
+        _missing("the toxiproxy binaries")
+    proxy = Toxiproxy(found[0]).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stores")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_factory(request: pytest.FixtureRequest, session_tmp: Path) -> StoreFactory:
+    kind = request.param
+    if kind.startswith("icechunk"):
+        pytest.importorskip("icechunk")
+    if "minio" in kind:
+        server = request.getfixturevalue("minio")
+        return StoreFactory(kind, session_tmp, server, request.getfixturevalue("bucket"))
+    return StoreFactory(kind, session_tmp)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("store_factory") if callspec else None
+        if kind and "minio" in kind:
+            item.add_marker(pytest.mark.s3)
+        if kind and kind.startswith("icechunk"):
+            item.add_marker(pytest.mark.icechunk)
