@@ -25,7 +25,7 @@ from .decode import Unsupported, output_dtype
 from .errors import MetadataError
 from .fetch import read_box
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .layout import normalize_selection
+from .layout import apply_outer, normalize_selection
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source
 
@@ -45,11 +45,11 @@ class ZarrmaxArray(BackendArray):
         self.dtype = plan.dtype
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._getitem)
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._getitem)
 
     def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
-        box, post = normalize_selection(key, self.shape)
-        return read_box(self.plan, self.source, box, self.token)[post]
+        box, post, touched = normalize_selection(key, self.shape)
+        return apply_outer(read_box(self.plan, self.source, box, self.token, touched), post)
 
 
 class FallbackArray(BackendArray):

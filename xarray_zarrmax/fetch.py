@@ -19,7 +19,7 @@ import numpy as np
 from ._loop import decode_pool, run_sync
 from .config import get_config
 from .errors import CorruptDataError
-from .layout import Box, Piece, box_shape, coalesce, intersect, iter_pieces, shard_box
+from .layout import Box, Piece, Touched, box_shape, coalesce, intersect, iter_pieces, shard_box
 from .plan import ArrayPlan
 from .shard import EMPTY, parse_index, split_index
 from .stores import ByteSource
@@ -58,7 +58,9 @@ def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> 
     return f"array {plan.name!r}, key {key!r}{chunk}"
 
 
-async def _fetch_outer(plan: ArrayPlan, source: ByteSource, outer: Piece, box: Box, token: str) -> list[_Work]:
+async def _fetch_outer(
+    plan: ArrayPlan, source: ByteSource, outer: Piece, box: Box, touched: Touched, token: str
+) -> list[_Work]:
     """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
     key = plan.keys.key(outer.coords)
     if plan.shard is None:
@@ -68,7 +70,7 @@ async def _fetch_outer(plan: ArrayPlan, source: ByteSource, outer: Piece, box: B
     fmt = plan.shard
     sbox = shard_box(outer.coords, plan.outer_chunks, plan.shape)
     origin = tuple(lo for lo, _ in sbox)
-    pieces = list(iter_pieces(intersect(box, sbox), plan.inner_chunks, plan.shape, origin))
+    pieces = list(iter_pieces(intersect(box, sbox), plan.inner_chunks, plan.shape, origin, touched))
     # Output regions from iter_pieces are relative to the shard-clipped box; shift them into ``box``.
     shift = tuple(max(lo, slo) - blo for (lo, _), (slo, _), (blo, _) in zip(box, sbox, box, strict=True))
     pieces = [
@@ -156,21 +158,28 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
     raise RuntimeError("a local read suspended; it must not need an event loop")
 
 
-async def _fetch_all(plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, token: str) -> list[_Work]:
-    groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, token) for o in outers))
+async def _fetch_all(
+    plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, touched: Touched, token: str
+) -> list[_Work]:
+    groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
     return [w for g in groups for w in g]
 
 
-def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
-    """Read the array region ``box`` into a new array."""
+def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched | None = None) -> np.ndarray:
+    """Read the array region ``box`` into a new array.
+
+    With ``touched``, only chunks holding those elements are read; the rest of the output is left
+    uninitialised, for a caller that indexes only the touched elements.
+    """
+    touched = touched if touched is not None else (None,) * len(box)
     out = np.empty(box_shape(box), dtype=plan.dtype)
     if out.size == 0:
         return out
-    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
+    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
     if source.is_local:
-        work = [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, token))]
+        work = [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
     else:
-        work = run_sync(_fetch_all(plan, source, outers, box, token))
+        work = run_sync(_fetch_all(plan, source, outers, box, touched, token))
     if len(work) > 1 and get_config().threads > 1:
         # Decompressors release the GIL: chunks decode in parallel. list() re-raises the first error.
         list(decode_pool().map(lambda w: _place(plan, out, w), work))

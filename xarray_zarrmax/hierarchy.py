@@ -123,8 +123,8 @@ async def load_group(
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:
     try:
         listing = await source.list_dir(gpath)
-    except Exception as err:
-        raise FileNotFoundError(f"no Zarr store at {source.label} (group {gpath or '/'!r}): {err}") from None
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"no Zarr store at {err}") from None
     wanted = {3: "zarr.json", 2: ".zgroup or .zmetadata"}.get(zarr_format or 0, "zarr.json, .zgroup or .zmetadata")
     if not listing:
         raise FileNotFoundError(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 Box = tuple[tuple[int, int], ...]  # per dimension, [start, stop)
 
@@ -20,16 +23,21 @@ class Piece:
     covers_chunk: bool  # the region is the whole (unpadded) chunk
 
 
-def normalize_selection(key: tuple[int | slice, ...], shape: Sequence[int]) -> tuple[Box, tuple[int | slice, ...]]:
-    """Split a basic selection into the box of elements to read and the indexer to apply to that box.
+Touched = tuple["np.ndarray | None", ...]  # per dimension: the element indices needed, None = the whole box
 
-    >>> normalize_selection((slice(1, 9, 3), 2), (10, 5))
+
+def normalize_selection(key: tuple[Any, ...], shape: Sequence[int]) -> tuple[Box, tuple[Any, ...], Touched]:
+    """Split an outer selection (ints, slices, 1-D int arrays) into the box to read, the indexer to apply
+    to that box (with `apply_outer`), and per dimension the elements actually needed (None: all of them).
+
+    >>> normalize_selection((slice(1, 9, 3), 2), (10, 5))[:2]
     (((1, 8), (2, 3)), (slice(0, 7, 3), 0))
     """
     if len(key) != len(shape):
         raise IndexError(f"expected {len(shape)} indexers for an array of shape {tuple(shape)}. Got {len(key)}.")
     box: list[tuple[int, int]] = []
-    post: list[int | slice] = []
+    post: list[Any] = []
+    touched: list[np.ndarray | None] = []
     for k, n in zip(key, shape, strict=True):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
@@ -37,13 +45,26 @@ def normalize_selection(key: tuple[int | slice, ...], shape: Sequence[int]) -> t
             if len(r) == 0:
                 box.append((0, 0))
                 post.append(slice(0, 0))
+                touched.append(None)
                 continue
             lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
             box.append((lo, hi))
-            if step > 0:
-                post.append(slice(r[0] - lo, r[-1] - lo + 1, step))
-            else:
-                post.append(slice(r[0] - lo, (r[-1] - lo - 1) if r[-1] - lo - 1 >= 0 else None, step))
+            post.append(slice(r[0] - lo, hi - lo, step) if step > 0 else slice(r[0] - lo, None, step))
+            touched.append(None if abs(step) == 1 else np.arange(lo, hi, abs(step)))
+        elif isinstance(k, np.ndarray) and k.ndim == 1:
+            idx = k.astype(np.int64, copy=False)
+            if idx.size and (idx.min() < -n or idx.max() >= n):
+                raise IndexError(f"index array has values outside [-{n}, {n}) for a dimension of length {n}")
+            idx = np.where(idx < 0, idx + n, idx)
+            if idx.size == 0:
+                box.append((0, 0))
+                post.append(idx)
+                touched.append(None)
+                continue
+            lo, hi = int(idx.min()), int(idx.max()) + 1
+            box.append((lo, hi))
+            post.append(idx - lo)
+            touched.append(np.unique(idx))
         else:
             i = int(k)
             if not -n <= i < n:
@@ -51,7 +72,23 @@ def normalize_selection(key: tuple[int | slice, ...], shape: Sequence[int]) -> t
             i %= n
             box.append((i, i + 1))
             post.append(0)
-    return tuple(box), tuple(post)
+            touched.append(None)
+    return tuple(box), tuple(post), tuple(touched)
+
+
+def apply_outer(region: np.ndarray, post: tuple[Any, ...]) -> np.ndarray:
+    """Index ``region`` with one indexer per dimension, arrays applied independently (outer semantics)."""
+    if not any(isinstance(p, np.ndarray) for p in post):
+        return region[post]
+    result = region
+    for axis, p in enumerate(post):
+        if isinstance(p, np.ndarray):
+            result = np.take(result, p, axis=axis)
+        elif isinstance(p, slice):
+            result = result[(slice(None),) * axis + (p,)]
+        else:
+            result = result[(slice(None),) * axis + (slice(p, p + 1),)]
+    return result.reshape(tuple(n for n, p in zip(result.shape, post, strict=True) if not isinstance(p, int | np.integer)))
 
 
 def box_shape(box: Box) -> tuple[int, ...]:
@@ -73,14 +110,27 @@ def count_chunks(box: Box, chunks: Sequence[int]) -> int:
     return math.prod(len(r) for r in chunk_span(box, chunks))
 
 
-def iter_pieces(box: Box, chunks: Sequence[int], shape: Sequence[int], origin: Sequence[int] | None = None) -> Iterator[Piece]:
+def iter_pieces(
+    box: Box,
+    chunks: Sequence[int],
+    shape: Sequence[int],
+    origin: Sequence[int] | None = None,
+    touched: Touched | None = None,
+) -> Iterator[Piece]:
     """Every chunk of a regular grid (cell size ``chunks``, starting at ``origin``) that meets ``box``.
 
     ``shape`` is the array's shape, to know where edge chunks end. Coordinates are relative to ``origin``.
+    With ``touched`` (absolute element indices per dimension), chunks holding none of them are skipped.
     """
     origin = tuple(origin) if origin is not None else (0,) * len(box)
     local = tuple((lo - o, hi - o) for (lo, hi), o in zip(box, origin, strict=True))
-    for coords in itertools.product(*chunk_span(local, chunks)):
+    spans: list[Iterable[int]] = list(chunk_span(local, chunks))
+    if touched is not None:
+        for d, (t, c, o) in enumerate(zip(touched, chunks, origin, strict=True)):
+            if t is not None:
+                wanted = set(np.unique((t - o) // c).tolist())
+                spans[d] = [i for i in spans[d] if i in wanted]
+    for coords in itertools.product(*spans):
         chunk_region = []
         out_region = []
         covers = True

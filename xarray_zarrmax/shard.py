@@ -61,7 +61,11 @@ def parse_index(fmt: ShardFormat, raw: Any, object_size: int | None, where: str)
             + (f" (the shard object is {object_size} bytes: truncated?)" if object_size is not None else "")
         )
     if fmt.index_crc32c:
-        view = check_crc32c(view, f"{where} (shard index)")
+        try:
+            view = check_crc32c(view, f"{where} (shard index)")
+        except CorruptDataError as err:
+            size = f"the {object_size}-byte shard object" if object_size is not None else "the shard object"
+            raise CorruptDataError(f"{err}: {size} is truncated or corrupt") from None
     index = np.frombuffer(view, dtype=">u8" if fmt.index_big_endian else "<u8").astype(np.uint64, copy=False)
     index = index.reshape(*fmt.chunks_per_shard, 2)
     offsets, lengths = index[..., 0], index[..., 1]

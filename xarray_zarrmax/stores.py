@@ -162,6 +162,8 @@ _TRANSIENT_WORDS = ("timed out", "timeout", "connection", "reset", "broken pipe"
 
 def _is_transient(err: BaseException) -> bool:
     text = str(err).lower()
+    if any(f"status code: {code}" in text for code in (400, 401, 403, 404, 405, 409, 412, 416)):
+        return False  # the server answered: sending the same request again gets the same answer
     return any(w in text for w in _TRANSIENT_WORDS)
 
 
@@ -197,6 +199,8 @@ class ObstoreSource(ByteSource):
                     f"({type(err).__name__}: {_first_line(err)})"
                 ) from None
             except Exception as err:
+                if "NoSuchBucket" in str(err):
+                    raise FileNotFoundError(f"{self.label}: the bucket does not exist") from None
                 if attempt < retries and _is_transient(err):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
