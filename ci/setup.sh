@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build .venv at the repo root with python3.12 and install the package with the given extras.
+# Usage: bash ci/setup.sh [extras]   (default: test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-test}"
+
+find_python() {
+  local c
+  for c in "${PYTHON:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do
+    [ -n "$c" ] || continue
+    if "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
+      echo "$c"
+      return 0
+    fi
+  done
+  return 1
+}
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
+  py="$(find_python)" || { echo "ci/setup.sh: python3.12 not found (set PYTHON=/path/to/python3.12)" >&2; exit 1; }
+  rm -rf .venv
+  "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e ".[$extras]"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: .venv, MinIO/toxiproxy binaries, pytest against real services.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh test || exit 1
+bash ci/install_services.sh || exit 1
+start=$(date +%s)
+.venv/bin/python -m pytest tests "$@"
+rc=$?
+echo "test suite took $(( $(date +%s) - start )) s"
+if [ "$rc" -eq 5 ]; then
+  echo "ci/test.sh: pytest collected no tests; that is a failure" >&2
+  exit 1
+fi
+exit "$rc"
