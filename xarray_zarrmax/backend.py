@@ -7,6 +7,7 @@ This module is the only one that knows xarray. Metadata comes from `hierarchy`, 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import uuid
@@ -23,7 +24,7 @@ from xarray.core.variable import Variable
 from ._loop import run_sync
 from .decode import Unsupported, output_dtype
 from .errors import MetadataError
-from .fetch import read_box
+from .fetch import read_box, read_box_async
 from .hierarchy import ArrayNode, GroupNode, load_group
 from .layout import apply_outer, normalize_selection
 from .plan import ArrayPlan, plan_array
@@ -98,6 +99,8 @@ class ZarrmaxStore(AbstractDataStore):
         self.group = group
         self.source = source
         self.token = uuid.uuid4().hex
+        self._wrappers: dict[str, BackendArray] = {}
+        self._preloaded: dict[str, np.ndarray] = {}
         if use_zarr_fill_value_as_mask is None:
             use_zarr_fill_value_as_mask = group.zarr_format == 2
         self.mask_with_fill_value = use_zarr_fill_value_as_mask
@@ -127,39 +130,74 @@ class ZarrmaxStore(AbstractDataStore):
 
         dims, attrs = self._dims_and_attrs(node)
         meta = node.metadata
-        try:
-            plan = plan_array(node.name, node.path, meta)
-            wrapper: BackendArray = ZarrmaxArray(plan, self.source, self.token)
-            outer = plan.outer_chunks
-            inner = plan.inner_chunks
-            sharded = plan.shard is not None
-        except Unsupported as why:
-            wrapper = FallbackArray(node, self.source, str(why))
+        wrapper = self.wrapper(node)
+        if isinstance(wrapper, ZarrmaxArray):
+            outer, inner, sharded = wrapper.plan.outer_chunks, wrapper.plan.inner_chunks, wrapper.plan.shard is not None
+        else:
             outer, inner, sharded = _grid_of(meta)
         encoding: dict[str, Any] = {
             "chunks": inner,
             "preferred_chunks": dict(zip(dims, outer, strict=True)),
         }
-        zarr_like = zarr_async_array(node, self.source)
-        encoding.update(
-            {
-                "compressors": zarr_like.compressors,
-                "filters": zarr_like.filters,
-                "shards": outer if sharded else None,
-            }
-        )
-        if node.zarr_format == 3:
-            encoding["serializer"] = zarr_like.serializer
+        encoding.update(codec_encoding(meta))
+        encoding["shards"] = outer if sharded else None
         if self.mask_with_fill_value:
             if meta.fill_value is not None:
-                attrs["_FillValue"] = zarr_like.metadata.fill_value
+                attrs["_FillValue"] = meta.fill_value
         else:
             if node.zarr_format == 3:
                 encoding["fill_value"] = meta.fill_value
             if "_FillValue" in attrs:
                 attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], wrapper.dtype)
-        data = indexing.LazilyIndexedArray(wrapper)
+        preloaded = self._preloaded.get(node.name)
+        data = preloaded if preloaded is not None else indexing.LazilyIndexedArray(wrapper)
         return Variable(dims, data, attrs, encoding)
+
+    def wrapper(self, node: ArrayNode) -> BackendArray:
+        """The lazy array for a node: the fast path where its metadata allows, else zarr-python."""
+        found = self._wrappers.get(node.name)
+        if found is None:
+            try:
+                found = ZarrmaxArray(plan_array(node.name, node.path, node.metadata), self.source, self.token)
+            except Unsupported as why:
+                found = FallbackArray(node, self.source, str(why))
+            self._wrappers[node.name] = found
+        return found
+
+    def preload(self, names: Iterable[str]) -> None:
+        """Read the named arrays (index coordinates xarray loads at open anyway) in one concurrent batch."""
+        nodes = [self.group.arrays[n] for n in names if n in self.group.arrays]
+        if not nodes:
+            return
+
+        async def one(node: ArrayNode) -> np.ndarray:
+            wrapper = self.wrapper(node)
+            if isinstance(wrapper, ZarrmaxArray):
+                box = tuple((0, s) for s in wrapper.shape)
+                return await read_box_async(wrapper.plan, self.source, box, self.token)
+            assert isinstance(wrapper, FallbackArray)
+            return np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))
+
+        async def batch() -> list[np.ndarray]:
+            return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+        for node, values in zip(nodes, run_sync(batch()), strict=True):
+            self._preloaded[node.name] = values
+
+    def index_coordinates(self, drop: Iterable[str] = ()) -> list[str]:
+        """1-D arrays named after their own dimension: xarray builds an index from each at open."""
+        dropped = set(drop)
+        names = []
+        for name, node in self.group.arrays.items():
+            if name in dropped or len(node.metadata.shape) != 1:
+                continue
+            try:
+                dims, _ = self._dims_and_attrs(node)
+            except MetadataError:
+                continue
+            if dims == (name,):
+                names.append(name)
+        return names
 
     def get_variables(self) -> Mapping[str, Variable]:
         return FrozenDict((name, self.open_store_variable(node)) for name, node in self.group.arrays.items())
@@ -179,6 +217,21 @@ class ZarrmaxStore(AbstractDataStore):
 
     def close(self) -> None:
         pass
+
+
+def codec_encoding(meta: Any) -> dict[str, Any]:
+    """The ``compressors``/``filters``/``serializer`` zarr-python's Array reports, from metadata alone."""
+    if meta.zarr_format == 2:
+        return {"compressors": (meta.compressor,) if meta.compressor is not None else (),
+                "filters": meta.filters or ()}
+    from zarr.abc.codec import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
+
+    inner = meta.inner_codecs
+    return {
+        "compressors": tuple(c for c in inner if isinstance(c, BytesBytesCodec)),
+        "filters": tuple(c for c in inner if isinstance(c, ArrayArrayCodec)),
+        "serializer": next(c for c in inner if isinstance(c, ArrayBytesCodec)),
+    }
 
 
 def _grid_of(meta: Any) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
@@ -243,6 +296,8 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
             if missing:
                 raise KeyError(f"variables {sorted(missing)} not found in {source.label} (group {group or '/'!r})")
         store = ZarrmaxStore(node, source, use_zarr_fill_value_as_mask)
+        dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
+        store.preload(store.index_coordinates(dropped))
         return StoreBackendEntrypoint().open_dataset(
             store,
             mask_and_scale=mask_and_scale,

@@ -165,6 +165,18 @@ async def _fetch_all(
     return [w for g in groups for w in g]
 
 
+async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
+    """`read_box` for callers on the I/O loop (batches of small reads, e.g. coordinates at open)."""
+    out = np.empty(box_shape(box), dtype=plan.dtype)
+    if out.size == 0:
+        return out
+    touched = (None,) * len(box)
+    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
+    for w in await _fetch_all(plan, source, outers, box, touched, token):
+        _place(plan, out, w)
+    return out
+
+
 def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched | None = None) -> np.ndarray:
     """Read the array region ``box`` into a new array.
 

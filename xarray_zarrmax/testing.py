@@ -169,3 +169,36 @@ class Toxiproxy:
             self.proc.wait(10)
         self.proc = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -- datasets for tests and benchmarks -----------------------------------------------------------------
+
+
+def write_many_variable_group(store: Any, n_vars: int = 273, *, consolidated: bool = False,
+                              shape: tuple[int, int, int] = (24, 32, 64)) -> list[str]:
+    """An ERA5-like Zarr v3 group: ``n_vars`` data variables on (time, latitude, longitude) plus 4 coordinates
+    (time, latitude, longitude, level). Data variables hold no chunks (all fill value): what is measured
+    is metadata. Returns the data variable names."""
+    import numpy as np
+    import zarr
+
+    nt, ny, nx = shape
+    group = zarr.open_group(store, mode="w", zarr_format=3, attributes={"title": "ERA5-like", "Conventions": "CF-1.8"})
+    coords = {
+        "time": (np.arange(nt, dtype="i8"), {"units": "hours since 2020-01-01", "calendar": "proleptic_gregorian"}),
+        "latitude": (np.linspace(90, -90, ny), {"units": "degrees_north"}),
+        "longitude": (np.linspace(0, 360, nx, endpoint=False), {"units": "degrees_east"}),
+        "level": (np.array([1000, 850, 500, 250], dtype="i4"), {"units": "hPa"}),
+    }
+    for name, (values, attrs) in coords.items():
+        arr = group.create_array(name, shape=values.shape, chunks=values.shape, dtype=values.dtype,
+                                 dimension_names=[name], attributes=attrs, fill_value=0)
+        arr[:] = values
+    names = [f"var{i:03d}" for i in range(n_vars)]
+    for name in names:
+        group.create_array(name, shape=shape, chunks=(1, ny, nx), shards=(nt, ny, nx), dtype="f4",
+                           dimension_names=["time", "latitude", "longitude"], fill_value=float("nan"),
+                           attributes={"units": "K", "long_name": name})
+    if consolidated:
+        zarr.consolidate_metadata(store)
+    return names
