@@ -10,9 +10,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from xarray_zarrmax._loop import run_sync
 from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
-from xarray_zarrmax.hierarchy import load_group
 from xarray_zarrmax.stores import resolve_source
 
 
@@ -118,7 +116,7 @@ def test_fallback_arrays_give_zarr_answers(tmp_path):
     oracle = xr.open_dataset(path, engine="zarr", consolidated=False)
     xr.testing.assert_identical(ours.load(), oracle.load())
     source = resolve_source(path)
-    store = ZarrmaxStore(run_sync(load_group(source)), source, None)
+    store = ZarrmaxStore.open(source)
     kinds = {name: type(var._data.array).__name__ for name, var in store.get_variables().items()}
     assert kinds == {"names": "FallbackArray", "delta": "FallbackArray", "plain": "ZarrmaxArray"}
 

@@ -7,7 +7,6 @@ This module is the only one that knows xarray. Metadata comes from `hierarchy`, 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import uuid
@@ -95,15 +94,36 @@ def zarr_async_array(node: ArrayNode, source: ByteSource) -> Any:
 class ZarrmaxStore(AbstractDataStore):
     """An xarray data store over a loaded `GroupNode`; variables are lazy."""
 
-    def __init__(self, group: GroupNode, source: ByteSource, use_zarr_fill_value_as_mask: bool | None) -> None:
-        self.group = group
+    def __init__(self, source: ByteSource, *, use_zarr_fill_value_as_mask: bool | None = None,
+                 dropped: Iterable[str] = ()) -> None:
         self.source = source
         self.token = uuid.uuid4().hex
+        self.dropped = set(dropped)
+        self.use_zarr_fill_value_as_mask = use_zarr_fill_value_as_mask
+        self.group = GroupNode("", 3, {}, {})
         self._wrappers: dict[str, BackendArray] = {}
         self._preloaded: dict[str, np.ndarray] = {}
-        if use_zarr_fill_value_as_mask is None:
-            use_zarr_fill_value_as_mask = group.zarr_format == 2
-        self.mask_with_fill_value = use_zarr_fill_value_as_mask
+
+    @classmethod
+    def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
+             zarr_format: int | None = None, variables: Iterable[str] | None = None,
+             use_zarr_fill_value_as_mask: bool | None = None, dropped: Iterable[str] = ()) -> ZarrmaxStore:
+        """Load the group's metadata, reading index coordinates as their metadata arrives."""
+        store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped)
+        wanted = None if variables is None else set(variables)
+        store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
+                                          variables=wanted, on_array=store.preload_index))
+        if wanted is not None:
+            missing = wanted - set(store.group.arrays)
+            if missing:
+                raise KeyError(f"variables {sorted(missing)} not found in {source.label} (group {group or '/'!r})")
+        return store
+
+    @property
+    def mask_with_fill_value(self) -> bool:
+        if self.use_zarr_fill_value_as_mask is None:
+            return self.group.zarr_format == 2
+        return self.use_zarr_fill_value_as_mask
 
     def _dims_and_attrs(self, node: ArrayNode) -> tuple[tuple[str, ...], dict[str, Any]]:
         meta = node.metadata
@@ -164,40 +184,28 @@ class ZarrmaxStore(AbstractDataStore):
             self._wrappers[node.name] = found
         return found
 
-    def preload(self, names: Iterable[str]) -> None:
-        """Read the named arrays (index coordinates xarray loads at open anyway) in one concurrent batch."""
-        nodes = [self.group.arrays[n] for n in names if n in self.group.arrays]
-        if not nodes:
+    def is_index_coordinate(self, node: ArrayNode) -> bool:
+        """A 1-D array named after its own dimension: xarray builds an index from it at open."""
+        if len(node.metadata.shape) != 1:
+            return False
+        try:
+            dims, _ = self._dims_and_attrs(node)
+        except MetadataError:
+            return False
+        return dims == (node.name,)
+
+    async def preload_index(self, node: ArrayNode) -> None:
+        """Read an index coordinate as soon as its metadata is known (called by `load_group`)."""
+        if node.name in self.dropped or not self.is_index_coordinate(node):
             return
-
-        async def one(node: ArrayNode) -> np.ndarray:
-            wrapper = self.wrapper(node)
-            if isinstance(wrapper, ZarrmaxArray):
-                box = tuple((0, s) for s in wrapper.shape)
-                return await read_box_async(wrapper.plan, self.source, box, self.token)
+        wrapper = self.wrapper(node)
+        if isinstance(wrapper, ZarrmaxArray):
+            box = tuple((0, s) for s in wrapper.shape)
+            values = await read_box_async(wrapper.plan, self.source, box, self.token)
+        else:
             assert isinstance(wrapper, FallbackArray)
-            return np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))
-
-        async def batch() -> list[np.ndarray]:
-            return list(await asyncio.gather(*(one(n) for n in nodes)))
-
-        for node, values in zip(nodes, run_sync(batch()), strict=True):
-            self._preloaded[node.name] = values
-
-    def index_coordinates(self, drop: Iterable[str] = ()) -> list[str]:
-        """1-D arrays named after their own dimension: xarray builds an index from each at open."""
-        dropped = set(drop)
-        names = []
-        for name, node in self.group.arrays.items():
-            if name in dropped or len(node.metadata.shape) != 1:
-                continue
-            try:
-                dims, _ = self._dims_and_attrs(node)
-            except MetadataError:
-                continue
-            if dims == (name,):
-                names.append(name)
-        return names
+            values = np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))
+        self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:
         return FrozenDict((name, self.open_store_variable(node)) for name, node in self.group.arrays.items())
@@ -288,16 +296,10 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         source = resolve_source(filename_or_obj, storage_options)
         if isinstance(variables, str):
             variables = [variables]
-        wanted = None if variables is None else set(variables)
-        node = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
-                                   variables=wanted))
-        if wanted is not None:
-            missing = wanted - set(node.arrays)
-            if missing:
-                raise KeyError(f"variables {sorted(missing)} not found in {source.label} (group {group or '/'!r})")
-        store = ZarrmaxStore(node, source, use_zarr_fill_value_as_mask)
         dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
-        store.preload(store.index_coordinates(dropped))
+        store = ZarrmaxStore.open(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
+                                  variables=variables, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                                  dropped=dropped)
         return StoreBackendEntrypoint().open_dataset(
             store,
             mask_and_scale=mask_and_scale,

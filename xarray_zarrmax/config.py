@@ -39,7 +39,7 @@ class Config:
         Attempts after the first for a failed request that may succeed when repeated.
     """
 
-    concurrency: int = 64
+    concurrency: int = 128
     threads: int = max(os.cpu_count() or 1, 1)
     split_size: int = 16 * 2**20
     coalesce_gap: int = 2**20

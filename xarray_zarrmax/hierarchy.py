@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +135,9 @@ def parse_zarr_format(zarr_format: Any) -> int | None:
     raise ValueError(f"unsupported zarr_format: expected 2, 3 or None. Got {zarr_format!r} instead.")
 
 
+OnArray = Callable[[ArrayNode], Awaitable[None]]
+
+
 async def load_group(
     source: ByteSource,
     group: str | None = None,
@@ -142,22 +145,170 @@ async def load_group(
     consolidated: bool | None = None,
     zarr_format: int | None = None,
     variables: Collection[str] | None = None,
+    on_array: OnArray | None = None,
 ) -> GroupNode:
-    """Read the metadata of ``group`` and its member arrays (only ``variables`` and their coordinates)."""
-    zarr_format = parse_zarr_format(zarr_format)
-    gpath = (group or "").strip("/")
-    if zarr_format in (None, 3):
-        raw = await source.get(_join(gpath, V3_KEY))
-        if raw is not None:
-            doc = _parse_json(raw, _join(gpath, V3_KEY), source)
-            _check_format(doc, 3, _join(gpath, V3_KEY), source)
-            return await _load_v3(source, gpath, doc, consolidated, variables)
-    if zarr_format in (None, 2):
-        node = await _load_v2(source, gpath, consolidated, variables)
-        if node is not None:
+    """Read the metadata of ``group`` and its member arrays (only ``variables`` and their coordinates).
+
+    ``on_array`` is awaited for each array as soon as its metadata is parsed, so callers can start reading
+    data (coordinates) while other metadata is still arriving. With ``consolidated=False`` the LIST is sent
+    together with the root GET: one round trip fewer.
+    """
+    return await _Loader(source, (group or "").strip("/"), consolidated, variables, on_array).load(
+        parse_zarr_format(zarr_format)
+    )
+
+
+class _Loader:
+    def __init__(self, source: ByteSource, gpath: str, consolidated: bool | None,
+                 variables: Collection[str] | None, on_array: OnArray | None) -> None:
+        self.source, self.gpath, self.consolidated = source, gpath, consolidated
+        self.variables, self.on_array = variables, on_array
+        self.parser = MetadataParser()
+        self._listing: asyncio.Task[list[str]] | None = None
+
+    async def load(self, zarr_format: int | None) -> GroupNode:
+        source, gpath = self.source, self.gpath
+        if self.consolidated is False:
+            self._listing = asyncio.ensure_future(source.list_dir(gpath))
+        try:
+            if zarr_format in (None, 3):
+                raw = await source.get(_join(gpath, V3_KEY))
+                if raw is not None:
+                    doc = _parse_json(raw, _join(gpath, V3_KEY), source)
+                    _check_format(doc, 3, _join(gpath, V3_KEY), source)
+                    return await self._load_v3(doc)
+            if zarr_format in (None, 2):
+                node = await self._load_v2()
+                if node is not None:
+                    return node
+            await _raise_missing(source, gpath, zarr_format)
+            raise AssertionError("unreachable")
+        finally:
+            if self._listing is not None and not self._listing.done():
+                self._listing.cancel()
+
+    async def _list(self) -> list[str]:
+        if self._listing is not None:
+            listing, self._listing = self._listing, None
+            return await listing
+        return await self.source.list_dir(self.gpath)
+
+    def _wanted(self, name: str) -> bool:
+        return self.variables is None or name in self.variables
+
+    async def _announce(self, nodes: Iterable[ArrayNode]) -> None:
+        if self.on_array is not None:
+            await asyncio.gather(*(self.on_array(n) for n in nodes))
+
+    async def _select(self, available: dict[str, Any], build: Callable[[str, Any], ArrayNode]) -> dict[str, ArrayNode]:
+        """Arrays of consolidated metadata: the wanted ones and, with ``variables``, their coordinates."""
+        selected = {n: build(n, d) for n, d in available.items() if self._wanted(n)}
+        if self.variables is not None:
+            for n in _coordinate_names(selected) & set(available) - set(selected):
+                selected[n] = build(n, available[n])
+        await self._announce(selected.values())
+        return dict(sorted(selected.items()))
+
+    async def _load_v3(self, doc: dict[str, Any]) -> GroupNode:
+        source, gpath = self.source, self.gpath
+        key = _join(gpath, V3_KEY)
+        if doc.get("node_type") != "group":
+            raise MetadataError(
+                f"expected a group in {key!r} of {source.label}. Got node_type={doc.get('node_type')!r}"
+            )
+        attributes = dict(doc.get("attributes") or {})
+        cm = doc.get("consolidated_metadata")
+        if self.consolidated is not False and isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
+            available = {
+                name: member for name, member in cm["metadata"].items()
+                if "/" not in name and isinstance(member, dict) and member.get("node_type") == "array"
+            }
+            arrays = await self._select(
+                available, lambda n, d: _array_v3(n, _join(gpath, n), d, source, self.parser)
+            )
+            return GroupNode(gpath, 3, attributes, arrays)
+        if self.consolidated is True:
+            raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
+
+        names = [n for n in await self._list() if n != V3_KEY]
+        arrays = await self._fetch_v3([n for n in names if self._wanted(n)])
+        if self.variables is not None:
+            arrays.update(await self._fetch_v3(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
+        return GroupNode(gpath, 3, attributes, dict(sorted(arrays.items())))
+
+    async def _fetch_v3(self, names: list[str]) -> dict[str, ArrayNode]:
+        source, gpath = self.source, self.gpath
+
+        async def one(name: str) -> ArrayNode | None:
+            raw = await source.get(_join(gpath, name, V3_KEY))
+            if raw is None:
+                return None  # a stray object or a folder without metadata: not a member
+            doc = _parse_json(raw, _join(gpath, name, V3_KEY), source)
+            if doc.get("node_type") != "array":
+                return None
+            _check_format(doc, 3, _join(gpath, name, V3_KEY), source)
+            node = _array_v3(name, _join(gpath, name), doc, source, self.parser)
+            await self._announce([node])
             return node
-    await _raise_missing(source, gpath, zarr_format)
-    raise AssertionError("unreachable")
+
+        found = await asyncio.gather(*(one(n) for n in names))
+        return {n.name: n for n in found if n is not None}
+
+    async def _load_v2(self) -> GroupNode | None:
+        source, gpath = self.source, self.gpath
+        if self.consolidated is not False:
+            raw = await source.get(_join(gpath, V2_CONSOLIDATED))
+            if raw is not None:
+                return await self._from_zmetadata(_parse_json(raw, _join(gpath, V2_CONSOLIDATED), source))
+            if self.consolidated is True:
+                raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
+        zgroup_raw, zattrs_raw = await asyncio.gather(
+            source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
+        )
+        if zgroup_raw is None:
+            return None
+        _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
+        attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
+        names = [n for n in await self._list() if not n.startswith(".z")]
+        arrays = await self._fetch_v2([n for n in names if self._wanted(n)])
+        if self.variables is not None:
+            arrays.update(await self._fetch_v2(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
+        return GroupNode(gpath, 2, attributes, dict(sorted(arrays.items())))
+
+    async def _fetch_v2(self, names: list[str]) -> dict[str, ArrayNode]:
+        source, gpath = self.source, self.gpath
+
+        async def one(name: str) -> ArrayNode | None:
+            zarray_raw, zattrs_raw = await asyncio.gather(
+                source.get(_join(gpath, name, V2_ARRAY)), source.get(_join(gpath, name, V2_ATTRS))
+            )
+            if zarray_raw is None:
+                return None
+            zarray = _parse_json(zarray_raw, _join(gpath, name, V2_ARRAY), source)
+            _check_format(zarray, 2, _join(gpath, name, V2_ARRAY), source)
+            zattrs = _parse_json(zattrs_raw, _join(gpath, name, V2_ATTRS), source) if zattrs_raw is not None else {}
+            node = _array_v2(name, _join(gpath, name), zarray, zattrs, source, self.parser)
+            await self._announce([node])
+            return node
+
+        found = await asyncio.gather(*(one(n) for n in names))
+        return {n.name: n for n in found if n is not None}
+
+    async def _from_zmetadata(self, doc: dict[str, Any]) -> GroupNode:
+        source, gpath = self.source, self.gpath
+        meta = doc.get("metadata")
+        if not isinstance(meta, dict):
+            raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
+        attributes = dict(meta.get(V2_ATTRS, {}) or {})
+        available = {
+            key[: -len(V2_ARRAY) - 1]: (value, meta.get(_join(key[: -len(V2_ARRAY) - 1], V2_ATTRS), {}) or {})
+            for key, value in meta.items()
+            if key.endswith("/" + V2_ARRAY) and "/" not in key[: -len(V2_ARRAY) - 1]
+        }
+        arrays = await self._select(
+            available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
+        )
+        return GroupNode(gpath, 2, attributes, arrays)
 
 
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:
@@ -176,10 +327,6 @@ async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None
     )
 
 
-def _wanted(name: str, variables: Collection[str] | None) -> bool:
-    return variables is None or name in variables
-
-
 def _coordinate_names(arrays: dict[str, ArrayNode]) -> set[str]:
     """Names the given arrays refer to as coordinates: their dimensions and their ``coordinates`` attribute."""
     names: set[str] = set()
@@ -191,119 +338,3 @@ def _coordinate_names(arrays: dict[str, ArrayNode]) -> set[str]:
         if isinstance(coords, str):
             names.update(coords.split())
     return names
-
-
-async def _load_v3(
-    source: ByteSource,
-    gpath: str,
-    doc: dict[str, Any],
-    consolidated: bool | None,
-    variables: Collection[str] | None,
-) -> GroupNode:
-    key = _join(gpath, V3_KEY)
-    parser = MetadataParser()
-    if doc.get("node_type") != "group":
-        raise MetadataError(
-            f"expected a group in {key!r} of {source.label}. Got node_type={doc.get('node_type')!r}"
-        )
-    attributes = dict(doc.get("attributes") or {})
-    cm = doc.get("consolidated_metadata")
-    if consolidated is not False and isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
-        arrays = {}
-        for name, member in cm["metadata"].items():
-            if "/" in name or not isinstance(member, dict) or member.get("node_type") != "array":
-                continue
-            arrays[name] = member
-        selected = {n: _array_v3(n, _join(gpath, n), d, source, parser) for n, d in arrays.items() if _wanted(n, variables)}
-        if variables is not None:
-            for n in _coordinate_names(selected) & set(arrays) - set(selected):
-                selected[n] = _array_v3(n, _join(gpath, n), arrays[n], source, parser)
-        return GroupNode(gpath, 3, attributes, dict(sorted(selected.items())))
-    if consolidated is True:
-        raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
-
-    names = [n for n in await source.list_dir(gpath) if n != V3_KEY]
-    first = [n for n in names if _wanted(n, variables)]
-    arrays = await _fetch_v3_arrays(source, gpath, first)
-    if variables is not None:
-        missing = (_coordinate_names(arrays) & set(names)) - set(arrays)
-        arrays.update(await _fetch_v3_arrays(source, gpath, sorted(missing)))
-    return GroupNode(gpath, 3, attributes, dict(sorted(arrays.items())))
-
-
-async def _fetch_v3_arrays(source: ByteSource, gpath: str, names: list[str]) -> dict[str, ArrayNode]:
-    parser = MetadataParser()
-    raws = await asyncio.gather(*(source.get(_join(gpath, n, V3_KEY)) for n in names))
-    arrays = {}
-    for name, raw in zip(names, raws, strict=True):
-        if raw is None:
-            continue  # a stray object or a folder without metadata: not a member
-        doc = _parse_json(raw, _join(gpath, name, V3_KEY), source)
-        if doc.get("node_type") == "array":
-            _check_format(doc, 3, _join(gpath, name, V3_KEY), source)
-            arrays[name] = _array_v3(name, _join(gpath, name), doc, source, parser)
-    return arrays
-
-
-async def _load_v2(
-    source: ByteSource, gpath: str, consolidated: bool | None, variables: Collection[str] | None
-) -> GroupNode | None:
-    if consolidated is not False:
-        raw = await source.get(_join(gpath, V2_CONSOLIDATED))
-        if raw is not None:
-            return _from_zmetadata(source, gpath, _parse_json(raw, _join(gpath, V2_CONSOLIDATED), source), variables)
-        if consolidated is True:
-            raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
-    zgroup_raw, zattrs_raw = await asyncio.gather(
-        source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
-    )
-    if zgroup_raw is None:
-        return None
-    _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
-    attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
-    names = [n for n in await source.list_dir(gpath) if not n.startswith(".z")]
-    arrays = await _fetch_v2_arrays(source, gpath, [n for n in names if _wanted(n, variables)])
-    if variables is not None:
-        missing = (_coordinate_names(arrays) & set(names)) - set(arrays)
-        arrays.update(await _fetch_v2_arrays(source, gpath, sorted(missing)))
-    return GroupNode(gpath, 2, attributes, dict(sorted(arrays.items())))
-
-
-async def _fetch_v2_arrays(source: ByteSource, gpath: str, names: list[str]) -> dict[str, ArrayNode]:
-    parser = MetadataParser()
-    raws = await asyncio.gather(
-        *(source.get(_join(gpath, n, k)) for n in names for k in (V2_ARRAY, V2_ATTRS))
-    )
-    arrays = {}
-    for i, name in enumerate(names):
-        zarray_raw, zattrs_raw = raws[2 * i], raws[2 * i + 1]
-        if zarray_raw is None:
-            continue
-        zarray = _parse_json(zarray_raw, _join(gpath, name, V2_ARRAY), source)
-        _check_format(zarray, 2, _join(gpath, name, V2_ARRAY), source)
-        zattrs = _parse_json(zattrs_raw, _join(gpath, name, V2_ATTRS), source) if zattrs_raw is not None else {}
-        arrays[name] = _array_v2(name, _join(gpath, name), zarray, zattrs, source, parser)
-    return arrays
-
-
-def _from_zmetadata(
-    source: ByteSource, gpath: str, doc: dict[str, Any], variables: Collection[str] | None
-) -> GroupNode:
-    parser = MetadataParser()
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict):
-        raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
-    # Consolidated keys are relative to the store root, which is where .zmetadata lives when gpath is "".
-    prefix = ""
-    attributes = dict(meta.get(_join(prefix, V2_ATTRS), {}) or {})
-    found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    for key, value in meta.items():
-        if key.endswith("/" + V2_ARRAY):
-            name = key[: -len(V2_ARRAY) - 1]
-            if "/" not in name:
-                found[name] = (value, meta.get(_join(name, V2_ATTRS), {}) or {})
-    selected = {n: _array_v2(n, _join(gpath, n), *found[n], source, parser) for n in found if _wanted(n, variables)}
-    if variables is not None:
-        for n in _coordinate_names(selected) & set(found) - set(selected):
-            selected[n] = _array_v2(n, _join(gpath, n), *found[n], source, parser)
-    return GroupNode(gpath, 2, attributes, dict(sorted(selected.items())))

@@ -1,0 +1,138 @@
+"""Open latency of a 277-array ERA5-like group on MinIO behind a latency proxy, against the floor.
+
+    .venv/bin/python asv_bench/open_latency.py [--latency-ms 20] [--repeat 7] [--json out.json]
+
+In one run, for an unconsolidated and a consolidated copy of the group:
+- floor: one LIST plus concurrent GETs of every zarr.json with obstore (unconsolidated), or one GET of the
+  root zarr.json (consolidated) -- nothing else;
+- engine="zarr" at zarr's default async.concurrency and at 100;
+- engine="zarrmax".
+Prints a markdown table of medians (seconds) and ratios; starts MinIO and toxiproxy itself on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+warnings.filterwarnings("ignore")
+
+
+def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm-up: imports, first connection
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def floor_unconsolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
+    import obstore
+
+    store = minio.obstore(bucket, prefix, endpoint)
+
+    async def run() -> None:
+        listing = await obstore.list_with_delimiter_async(store)
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listing["common_prefixes"]]
+        keys = ["zarr.json"] + [f"{n}/zarr.json" for n in names]
+        results = await asyncio.gather(*(obstore.get_async(store, k) for k in keys))
+        await asyncio.gather(*(r.bytes_async() for r in results))
+
+    asyncio.run(run())
+
+
+def floor_consolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
+    import obstore
+
+    store = minio.obstore(bucket, prefix, endpoint)
+    obstore.get(store, "zarr.json").bytes()
+
+
+def open_zarr(minio: Any, bucket: str, prefix: str, endpoint: str, concurrency: int | None,
+              consolidated: bool) -> None:
+    import xarray as xr
+    import zarr
+
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, prefix, endpoint), read_only=True)
+    config = {"async.concurrency": concurrency} if concurrency else {}
+    with zarr.config.set(config):
+        xr.open_dataset(store, engine="zarr", chunks={}, consolidated=consolidated)
+
+
+def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidated: bool) -> None:
+    import xarray as xr
+
+    xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", chunks={},
+                    storage_options=minio.storage_options(endpoint), consolidated=consolidated)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import zarr
+
+    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries, \
+        write_many_variable_group
+
+    parser = argparse.ArgumentParser(description="open latency benchmark")
+    parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+
+    binary, toxi = minio_binary(), toxiproxy_binaries()
+    if binary is None or toxi is None:
+        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
+        return 2
+    minio = MinioServer(binary).start()
+    proxy = Toxiproxy(toxi[0]).start()
+    try:
+        bucket = minio.make_bucket("bench")
+        for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
+            write_many_variable_group(zarr.storage.ObjectStore(minio.obstore(bucket, prefix)), 273,
+                                      consolidated=consolidated)
+        endpoint = proxy.proxy("s3", minio.port)
+        if args.latency_ms:
+            proxy.add_toxic("s3", "latency", latency=args.latency_ms)
+        default_concurrency = zarr.config.get("async.concurrency")
+        rows = []
+        for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
+            floor_fn = floor_consolidated if consolidated else floor_unconsolidated
+            t = {
+                "floor": _median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
+                f"zarr (concurrency {default_concurrency})": _median_time(
+                    lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated), args.repeat),
+                "zarr (concurrency 100)": _median_time(
+                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated), args.repeat),
+                "zarrmax": _median_time(
+                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated), args.repeat),
+            }
+            rows.append(("consolidated" if consolidated else "unconsolidated", t))
+    finally:
+        proxy.stop()
+        minio.close()
+
+    print(f"\n277-array group (273 variables + 4 coordinates), MinIO behind toxiproxy +{args.latency_ms} ms, "
+          f"median of {args.repeat} opens (s)\n")
+    header = list(rows[0][1])
+    print("| metadata | " + " | ".join(header) + " | zarrmax / floor | zarr@100 / zarrmax |")
+    print("|---" * (len(header) + 3) + "|")
+    for label, t in rows:
+        cells = " | ".join(f"{t[h]:.3f}" for h in header)
+        print(f"| {label} | {cells} | {t['zarrmax'] / t['floor']:.2f}x | "
+              f"{t['zarr (concurrency 100)'] / t['zarrmax']:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"latency_ms": args.latency_ms, "repeat": args.repeat, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
