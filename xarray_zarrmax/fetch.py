@@ -158,23 +158,44 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
     raise RuntimeError("a local read suspended; it must not need an event loop")
 
 
-async def _fetch_all(
-    plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, touched: Touched, token: str
-) -> list[_Work]:
-    groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
-    return [w for g in groups for w in g]
+async def _read_remote(
+    plan: ArrayPlan, source: ByteSource, out: np.ndarray, outers: list[Piece], box: Box, touched: Touched,
+    token: str, *, decode_on_pool: bool,
+) -> None:
+    """Fetch every stored object of the box and decode each as soon as it arrives.
+
+    At most ``config.concurrency`` objects are between "requested" and "decoded", which bounds the memory a
+    read holds beyond its output to about concurrency x compressed object size.
+    """
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(get_config().concurrency)
+    pool = decode_pool() if decode_on_pool else None
+
+    async def one(outer: Piece) -> None:
+        async with slots:
+            work = await _fetch_outer(plan, source, outer, box, touched, token)
+            if pool is None:
+                for w in work:
+                    _place(plan, out, w)
+            else:
+                await asyncio.gather(*(loop.run_in_executor(pool, _place, plan, out, w) for w in work))
+
+    await asyncio.gather(*(one(o) for o in outers))
 
 
 async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
     """`read_box` for callers on the I/O loop (batches of small reads, e.g. coordinates at open)."""
     out = np.empty(box_shape(box), dtype=plan.dtype)
-    if out.size == 0:
-        return out
-    touched = (None,) * len(box)
-    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
-    for w in await _fetch_all(plan, source, outers, box, touched, token):
-        _place(plan, out, w)
+    if out.size:
+        outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
+        await _read_remote(plan, source, out, outers, box, (None,) * len(box), token, decode_on_pool=False)
     return out
+
+
+def _read_local_outer(plan: ArrayPlan, source: ByteSource, out: np.ndarray, outer: Piece, box: Box,
+                      touched: Touched, token: str) -> None:
+    for w in _drive(_fetch_outer(plan, source, outer, box, touched, token)):
+        _place(plan, out, w)
 
 
 def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched | None = None) -> np.ndarray:
@@ -188,14 +209,18 @@ def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched:
     if out.size == 0:
         return out
     outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
-    if source.is_local:
+    parallel = get_config().threads > 1
+    if not source.is_local:
+        run_sync(_read_remote(plan, source, out, outers, box, touched, token, decode_on_pool=parallel))
+    elif len(outers) > 1 and parallel:
+        # Many objects (a read without dask, or across shards): read and decode each on the pool.
+        list(decode_pool().map(lambda o: _read_local_outer(plan, source, out, o, box, touched, token), outers))
+    else:
+        # One object (the dask task's shard): read it here, decode its chunks in parallel.
         work = [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
-    else:
-        work = run_sync(_fetch_all(plan, source, outers, box, touched, token))
-    if len(work) > 1 and get_config().threads > 1:
-        # Decompressors release the GIL: chunks decode in parallel. list() re-raises the first error.
-        list(decode_pool().map(lambda w: _place(plan, out, w), work))
-    else:
-        for w in work:
-            _place(plan, out, w)
+        if len(work) > 1 and parallel:
+            list(decode_pool().map(lambda w: _place(plan, out, w), work))  # list() re-raises the first error
+        else:
+            for w in work:
+                _place(plan, out, w)
     return out

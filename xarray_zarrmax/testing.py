@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -82,6 +83,8 @@ class MinioServer:
 
     def make_bucket(self, name: str) -> str:
         # MinIO serves a top-level folder of its data directory as a bucket: no client needed.
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+            raise ValueError(f"expected an S3 bucket name (3-63 of a-z, 0-9, '.', '-'). Got {name!r} instead.")
         (self.root / "data" / name).mkdir(parents=True, exist_ok=True)
         return name
 
