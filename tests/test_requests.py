@@ -61,3 +61,16 @@ def test_coalescing_gap_zero_sends_one_range_per_chunk(target):
     with set_config(coalesce_gap=0, full_shard_fraction=1.0), request_counts() as counts:
         ds["v"][[0, 20]].values  # chunks 0 and 5: not adjacent
     assert counts.total("get") == 2  # index cached from above + two separate ranges
+
+
+def test_large_objects_come_as_parallel_ranges(minio, bucket):
+    """Above split_size a whole-object read is a first range (which tells the size) plus parallel ranges."""
+    write_sharded(zarr.storage.ObjectStore(minio.obstore(bucket, "split.zarr")))
+    ds = xr.open_dataset(f"s3://{bucket}/split.zarr", engine="zarrmax", chunks={},
+                         storage_options=minio.storage_options())
+    shard_size = len(bytes(__import__("obstore").get(minio.obstore(bucket, "split.zarr"), "v/c/0/0").bytes()))
+    split = 300
+    with set_config(split_size=split), request_counts() as counts:
+        values = ds["v"][:32].values  # exactly shard 0
+    assert counts.total("get") == -(-shard_size // split)
+    np.testing.assert_array_equal(values, np.arange(256.0).reshape(32, 8))

@@ -64,7 +64,7 @@ async def _fetch_outer(
     """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
     key = plan.keys.key(outer.coords)
     if plan.shard is None:
-        raw = await source.get(key)
+        raw = await source.get_large(key)
         return [_Work(raw, outer, _where(plan, key))]
 
     fmt = plan.shard
@@ -81,7 +81,7 @@ async def _fetch_outer(
     total = int(np.prod(fmt.chunks_per_shard))
     index = _cached_index(token, key)
     if index is None and len(pieces) >= get_config().full_shard_fraction * total:
-        shard = await source.get(key)
+        shard = await source.get_large(key)
         if shard is None:
             return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index, _ = split_index(fmt, shard, _where(plan, key))
