@@ -7,6 +7,7 @@ This module is the only one that knows xarray. Metadata comes from `hierarchy`, 
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import uuid
@@ -25,7 +26,8 @@ from .decode import Unsupported, output_dtype
 from .errors import MetadataError
 from .fetch import read_box, read_box_async
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .layout import apply_outer, normalize_selection
+from .config import get_config
+from .layout import apply_outer, grid_shape, normalize_selection
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source
 
@@ -155,6 +157,12 @@ class ZarrmaxStore(AbstractDataStore):
             outer, inner, sharded = wrapper.plan.outer_chunks, wrapper.plan.inner_chunks, wrapper.plan.shard is not None
         else:
             outer, inner, sharded = _grid_of(meta)
+        objects = math.prod(grid_shape(wrapper.shape, outer))
+        if objects > get_config().max_objects:
+            raise MetadataError(
+                f"array {node.name!r} of {self.source.label} declares {objects} stored objects (shape "
+                f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}"
+            )
         encoding: dict[str, Any] = {
             "chunks": inner,
             "preferred_chunks": dict(zip(dims, outer, strict=True)),

@@ -21,7 +21,7 @@ from .config import get_config
 from .errors import CorruptDataError
 from .layout import Box, Piece, Touched, box_shape, coalesce, intersect, iter_pieces, shard_box
 from .plan import ArrayPlan
-from .shard import EMPTY, parse_index, split_index
+from .shard import EMPTY, max_object_size, parse_index, split_index
 from .stores import ByteSource
 
 _INDEX_CACHE_SIZE = 16384
@@ -63,8 +63,9 @@ async def _fetch_outer(
 ) -> list[_Work]:
     """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
     key = plan.keys.key(outer.coords)
+    limit = max_object_size(plan.shard, plan.codec.nbytes)
     if plan.shard is None:
-        raw = await source.get_large(key)
+        raw = await source.get_large(key, limit)
         return [_Work(raw, outer, _where(plan, key))]
 
     fmt = plan.shard
@@ -81,7 +82,7 @@ async def _fetch_outer(
     total = int(np.prod(fmt.chunks_per_shard))
     index = _cached_index(token, key)
     if index is None and len(pieces) >= get_config().full_shard_fraction * total:
-        shard = await source.get_large(key)
+        shard = await source.get_large(key, limit)
         if shard is None:
             return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index, _ = split_index(fmt, shard, _where(plan, key))

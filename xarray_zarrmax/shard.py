@@ -74,20 +74,51 @@ def parse_index(fmt: ShardFormat, raw: Any, object_size: int | None, where: str)
         bad = np.argwhere(empty_off != empty_len)[0]
         raise CorruptDataError(f"{where}: shard index entry for chunk {tuple(int(i) for i in bad)} is half empty")
     present = ~empty_off
-    if object_size is not None and np.any(present):
-        ends = offsets[present] + lengths[present]
+    if not np.any(present):
+        return index
+    chunks = np.argwhere(present)
+    starts, lengths = offsets[present], lengths[present]
+    ends = starts + lengths
+    lo_bound, hi_bound = 0, 2**63
+    if object_size is not None:
         lo, hi = fmt.index_range(object_size)
-        data_lo, data_hi = (0, lo) if fmt.index_at_end else (hi, object_size)
-        bad_mask = (ends > data_hi) | (offsets[present] < data_lo) | (ends < offsets[present])
-        if np.any(bad_mask):
-            k = int(np.argmax(bad_mask))
-            chunk = tuple(int(i) for i in np.argwhere(present)[k])
-            a, b = int(offsets[present][k]), int(ends[k])
-            raise CorruptDataError(
-                f"{where}: shard index entry for chunk {chunk} points to bytes [{a}, {b}) outside the "
-                f"data section [{data_lo}, {data_hi}) of the {object_size}-byte shard object"
-            )
+        lo_bound, hi_bound = (0, lo) if fmt.index_at_end else (hi, object_size)
+    bad_mask = (ends > hi_bound) | (starts < lo_bound) | (ends < starts)
+    if np.any(bad_mask):
+        k = int(np.argmax(bad_mask))
+        chunk = tuple(int(i) for i in chunks[k])
+        section = f"the data section [{lo_bound}, {hi_bound}) of the {object_size}-byte shard object" \
+            if object_size is not None else "any object"
+        raise CorruptDataError(
+            f"{where}: shard index entry for chunk {chunk} points to bytes [{int(starts[k])}, "
+            f"{int(starts[k]) + int(lengths[k])}) outside {section}"
+        )
+    _check_overlaps(starts, lengths, chunks, where)
     return index
+
+
+def _check_overlaps(offsets: np.ndarray, lengths: np.ndarray, chunks: np.ndarray, where: str) -> None:
+    """Entries may share identical bytes (a writer may deduplicate); partial overlaps mean a corrupt index."""
+    order = np.lexsort((lengths, offsets))
+    starts, ends = offsets[order], offsets[order] + lengths[order]
+    same_as_previous = (starts[1:] == starts[:-1]) & (ends[1:] == ends[:-1])
+    bad = (starts[1:] < ends[:-1]) & ~same_as_previous
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        a, b = (tuple(int(i) for i in chunks[order[k + j]]) for j in (0, 1))
+        raise CorruptDataError(
+            f"{where}: shard index entries for chunks {a} and {b} overlap "
+            f"([{int(starts[k])}, {int(ends[k])}) and [{int(starts[k + 1])}, {int(ends[k + 1])}))"
+        )
+
+
+def max_object_size(fmt: ShardFormat | None, chunk_nbytes: int) -> int:
+    """The most bytes a stored object of this array can legitimately hold: beyond it, refuse to download."""
+    # Compressors expand incompressible input by well under 1% plus headers; allow a wide margin anyway.
+    per_chunk = 2 * chunk_nbytes + 2**16
+    if fmt is None:
+        return per_chunk
+    return fmt.index_nbytes + per_chunk * math.prod(fmt.chunks_per_shard)
 
 
 def split_index(fmt: ShardFormat, shard: Any, where: str) -> tuple[np.ndarray, int]:

@@ -9,8 +9,12 @@ are ``None``, never an exception, so callers can apply fill values. Every reques
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import pickle
 import random
+import threading
+from datetime import timedelta
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,9 +48,15 @@ class ByteSource:
         """Return the bytes of each ``(start, stop)`` range, or None if the object is missing."""
         raise NotImplementedError
 
-    async def get_large(self, key: str) -> Buffer | None:
-        """A whole data object, possibly large (a shard): sources that gain from it fetch parallel ranges."""
-        return await self.get(key)
+    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
+        """A whole data object, possibly large (a shard): sources that gain from it fetch parallel ranges.
+
+        Objects larger than ``max_size`` (what the array's metadata allows) raise `CorruptDataError`.
+        """
+        data = await self.get(key)
+        if data is not None and max_size is not None:
+            check_size(self, key, len(memoryview(data).cast("B")), max_size)
+        return data
 
     async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
         """The last ``nbytes`` bytes and, where the store says, the object's size."""
@@ -61,6 +71,14 @@ class ByteSource:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
+
+
+def check_size(source: ByteSource, key: str, size: int, max_size: int) -> None:
+    if size > max_size:
+        raise CorruptDataError(
+            f"{key!r} on {source.label} is {size} bytes, more than the {max_size} its array's chunk layout "
+            "can encode to: refusing to read it"
+        )
 
 
 # -- local files ---------------------------------------------------------------------------------------
@@ -82,13 +100,15 @@ class LocalSource(ByteSource):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def read(self, key: str) -> np.ndarray | None:
+    def read(self, key: str, max_size: int | None = None) -> np.ndarray | None:
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:
             size = os.fstat(fd).st_size
+            if max_size is not None:
+                check_size(self, key, size, max_size)
             out = np.empty(size, dtype=np.uint8)
             view = memoryview(out)
             done = 0
@@ -136,6 +156,9 @@ class LocalSource(ByteSource):
     async def get(self, key: str) -> Buffer | None:
         return self.read(key)
 
+    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
+        return self.read(key, max_size)
+
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
         return self.read_ranges(key, ranges)
 
@@ -171,6 +194,20 @@ def _is_transient(err: BaseException) -> bool:
     return any(w in text for w in _TRANSIENT_WORDS)
 
 
+_registry_lock = threading.Lock()
+_registry: dict[bytes, ByteSource] = {}
+
+
+def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
+    """Unpickle a source once per process: every task on a worker shares its store and connection pool."""
+    digest = hashlib.sha256(payload).digest()  # a digest, never the payload: it holds credentials
+    with _registry_lock:
+        found = _registry.get(digest)
+        if found is None:
+            found = _registry[digest] = kind(pickle.loads(payload), label)  # type: ignore[call-arg]
+        return found
+
+
 class ObstoreSource(ByteSource):
     """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop."""
 
@@ -180,7 +217,7 @@ class ObstoreSource(ByteSource):
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ObstoreSource, (self.store, self.label))
+        return (_restore, (ObstoreSource, pickle.dumps(self.store), self.label))
 
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import obstore.exceptions as oe
@@ -226,7 +263,7 @@ class ObstoreSource(ByteSource):
         accounting.record(self.label, "get", key, len(data))
         return data
 
-    async def get_large(self, key: str) -> Buffer | None:
+    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
         """The first ``split_size`` bytes tell the object's size; the rest comes as parallel ranges.
 
         One request for objects up to ``split_size``; a 64 MB shard with the default 16 MiB is 4 requests
@@ -246,6 +283,8 @@ class ObstoreSource(ByteSource):
             raise
         accounting.record(self.label, "get", key, len(first))
         size = int(result.meta["size"])
+        if max_size is not None:
+            check_size(self, key, size, max_size)  # before fetching the rest
         if len(first) != min(split, size):
             raise CorruptDataError(f"{key!r} on {self.label}: asked for bytes [0, {min(split, size)}) of a "
                                    f"{size}-byte object, got {len(first)}")
@@ -345,12 +384,12 @@ def _redact_url(url: str) -> str:
 class ZarrStoreSource(ByteSource):
     """Any zarr-python Store, through its async API (Icechunk stores read from their session)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
-        self.label = f"{type(store).__name__}@{id(store):x}"
+        self.label = label or f"{type(store).__name__}@{id(store):x}"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ZarrStoreSource, (self.store,))
+        return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
 
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
@@ -405,6 +444,13 @@ _CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "c
                        "pool_idle_timeout", "http1_only", "http2_only", "user_agent"}
 
 
+def default_retry_config() -> dict[str, Any]:
+    """obstore's retries for the S3 stores we build: bounded, so a dead endpoint fails in seconds, not minutes."""
+    retries = get_config().retries
+    return {"max_retries": retries, "retry_timeout": timedelta(seconds=30),
+            "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
+
+
 def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:
     """An obstore S3Store for ``s3://bucket/prefix``; credentials from options or the AWS environment."""
     from obstore.store import S3Store
@@ -414,6 +460,7 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
         raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {url!r} instead.")
     options = dict(storage_options or {})
     client_options = dict(options.pop("client_options", {}) or {})
+    retry_config = options.pop("retry_config", None) or default_retry_config()
     for key in list(options):
         if key in _CLIENT_OPTION_KEYS:
             client_options[key] = options.pop(key)
@@ -424,8 +471,10 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
         client_options.setdefault("allow_http", True)
     options.setdefault("region", os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
     try:
-        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, client_options=client_options or None,
-                        **options)
+        client_options.setdefault("connect_timeout", "5s")
+        client_options.setdefault("timeout", "60s")
+        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, client_options=client_options,
+                        retry_config=retry_config, **options)
     except Exception as err:
         raise ValueError(
             f"could not configure S3 store for {url!r}: {type(err).__name__}: {_first_line(err)}"

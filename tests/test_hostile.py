@@ -1,0 +1,161 @@
+"""Bad and hostile input: clear errors, never wrong data, no unbounded allocation; fuzzed parsers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_errors import read_all, rewrite_index, shard_file, sharded_store
+from xarray_zarrmax import CorruptDataError, MetadataError, set_config
+from xarray_zarrmax.decode import Unsupported
+from xarray_zarrmax.hierarchy import MetadataParser
+from xarray_zarrmax.shard import ShardFormat, parse_index
+
+
+def test_overlapping_index_entries(tmp_path):
+    path = sharded_store(tmp_path / "s.zarr")
+
+    def overlap(entries):
+        entries[1, 0] = entries[0, 0] + 1  # chunk 1 starts inside chunk 0
+
+    rewrite_index(path, overlap)
+    with pytest.raises(CorruptDataError, match=r"key 'v/c/0'.*chunks \(0,\) and \(1,\) overlap"):
+        read_all(path)
+
+
+def test_identical_index_entries_are_allowed_like_zarr(tmp_path):
+    """A writer may point several chunks at the same bytes; zarr-python reads that, and so do we."""
+    path = sharded_store(tmp_path / "s.zarr")
+
+    def dedupe(entries):
+        entries[3] = entries[0]
+
+    rewrite_index(path, dedupe)
+    expected = zarr.open_array(path, path="v")[:]
+    np.testing.assert_array_equal(read_all(path), expected)
+    assert (expected[30:40] == expected[0:10]).all()
+
+
+def test_oversized_object_is_refused_before_reading(tmp_path):
+    path = sharded_store(tmp_path / "s.zarr")
+    with open(shard_file(path), "ab") as f:
+        f.truncate(50 * 2**20)  # a 50 MB shard for 4 chunks of 40 bytes
+    with pytest.raises(CorruptDataError, match=r"'v/c/0' .* is 52428800 bytes, more than the .* refusing"):
+        read_all(path)
+
+
+def test_metadata_lying_about_chunk_shape(tmp_path):
+    group = zarr.open_group(str(tmp_path / "lie.zarr"), mode="w", zarr_format=3)
+    group.create_array("v", shape=(20,), chunks=(10,), dtype="i4", dimension_names=["x"])[:] = np.arange(20)
+    meta_path = tmp_path / "lie.zarr" / "v" / "zarr.json"
+    doc = json.loads(meta_path.read_text())
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = [5]
+    meta_path.write_text(json.dumps(doc))
+    with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd could not decode.*expected at least 40"):
+        xr.open_dataset(tmp_path / "lie.zarr", engine="zarrmax")["v"].values
+
+
+def test_huge_declared_shape_is_refused_at_open(tmp_path):
+    group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)
+    group.create_array("v", shape=(2**62,), chunks=(1,), dtype="u1", dimension_names=["x"])
+    with pytest.raises(MetadataError, match=r"array 'v' .* declares 4611686018427387904 stored objects"):
+        xr.open_dataset(tmp_path / "huge.zarr", engine="zarrmax", chunks={})
+
+
+def test_large_but_allowed_shape_reads_lazily(tmp_path):
+    group = zarr.open_group(str(tmp_path / "big.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(2**40,), chunks=(2**20,), dtype="f4", dimension_names=["x"],
+                             fill_value=1.5)
+    arr[:4] = [1, 2, 3, 4]
+    with set_config(max_objects=2**20):
+        ds = xr.open_dataset(tmp_path / "big.zarr", engine="zarrmax")
+        np.testing.assert_array_equal(ds["v"][:6].values, [1, 2, 3, 4, 1.5, 1.5])
+        with pytest.raises(MemoryError):
+            ds["v"].values  # 4 TiB: numpy refuses the allocation with a clear message, nothing is fetched
+
+
+FMT = ShardFormat(chunks_per_shard=(2, 3), index_at_end=True, index_big_endian=False, index_crc32c=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(raw=st.binary(min_size=0, max_size=120), size=st.one_of(st.none(), st.integers(0, 10_000)))
+def test_fuzz_shard_index_parser(raw, size):
+    """Any bytes: a valid index whose entries lie inside the object and do not overlap, or CorruptDataError."""
+    try:
+        index = parse_index(FMT, raw, size, "fuzz")
+    except CorruptDataError:
+        return
+    assert index.shape == (2, 3, 2)
+    present = index[..., 0] != np.uint64(2**64 - 1)
+    if size is not None and present.any():
+        ends = index[..., 0][present] + index[..., 1][present]
+        assert (ends <= size - FMT.index_nbytes).all()
+
+
+def _json_values():
+    return st.recursive(
+        st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+        max_leaves=12,
+    )
+
+
+@st.composite
+def mangled_array_documents(draw):
+    doc = {
+        "zarr_format": 3, "node_type": "array", "shape": [10, 4], "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [5, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "attributes": {}, "dimension_names": ["t", "x"],
+    }
+    for key in draw(st.lists(st.sampled_from(sorted(doc)), max_size=3, unique=True)):
+        if draw(st.booleans()):
+            del doc[key]
+        else:
+            doc[key] = draw(_json_values())
+    return doc
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(doc=mangled_array_documents())
+def test_fuzz_metadata_documents(tmp_path_factory, doc):
+    """A mangled zarr.json opens correctly or fails with MetadataError (or KeyError for missing dimensions)."""
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "zarr.json").write_text(json.dumps({"zarr_format": 3, "node_type": "group"}))
+    (root / "v").mkdir()
+    (root / "v" / "zarr.json").write_text(json.dumps(doc))
+    try:
+        ds = xr.open_dataset(root, engine="zarrmax")
+    except (MetadataError, KeyError, Unsupported):
+        return
+    if "v" in ds:
+        ds["v"].values  # reading a missing-chunk array gives fill values, never an unexpected error
+
+
+def test_fuzz_parser_never_raises_unexpected_types():
+    parser = MetadataParser()
+    for bad in ({}, {"shape": "x"}, {"zarr_format": 3, "node_type": "array", "shape": [-1]}):
+        with pytest.raises(Exception) as info:
+            parser.parse(bad, 3)
+        assert not isinstance(info.value, (SystemExit, KeyboardInterrupt, MemoryError))
+
+
+def test_truncated_object_in_partial_read(tmp_path):
+    """The partial-read path (index, then ranges) also catches an object cut short."""
+    path = sharded_store(tmp_path / "s.zarr")
+    blob = open(shard_file(path), "rb").read()
+    n = 4 * 16 + 4
+    # keep the index intact at the end but remove data bytes in front of it
+    open(shard_file(path), "wb").write(blob[:20] + blob[-n:])
+    ds = xr.open_dataset(path, engine="zarrmax")
+    with pytest.raises(CorruptDataError, match=r"key 'v/c/0'"):
+        ds["v"][25:26].values
+    assert os.path.getsize(shard_file(path)) == 20 + n
