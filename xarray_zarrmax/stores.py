@@ -220,14 +220,22 @@ class ObstoreSource(ByteSource):
         return (_restore, (ObstoreSource, pickle.dumps(self.store), self.label))
 
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Send one request under the process's budget; errors become built-in or our exceptions.
+
+        obstore already retries failed requests (5xx, connection errors, timeouts) with backoff, as its
+        retry_config says. A body that breaks off after the response began is not retried there, so it is
+        here, ``config.retries`` times.
+        """
         import obstore.exceptions as oe
 
         retries = get_config().retries
         for attempt in range(retries + 1):
+            body_started = False
             try:
                 async with request_slot():
                     result = await fn(self.store, *args, **kwargs)
                     if hasattr(result, "bytes_async"):
+                        body_started = True
                         return result, await result.bytes_async()
                     return result
             except FileNotFoundError:
@@ -242,13 +250,12 @@ class ObstoreSource(ByteSource):
             except Exception as err:
                 if "NoSuchBucket" in str(err):
                     raise FileNotFoundError(f"{self.label}: the bucket does not exist") from None
-                if attempt < retries and _is_transient(err):
+                if body_started and attempt < retries and _is_transient(err):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
                 raise StoreAccessError(
-                    f"{what} {key!r} on {self.label} failed after {attempt + 1} attempt(s): "
-                    f"{type(err).__name__}: {_first_line(err)}"
-                ) from err
+                    f"{what} {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
+                ) from None
         raise AssertionError("unreachable")
 
     async def get(self, key: str) -> Buffer | None:
@@ -445,9 +452,9 @@ _CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "c
 
 
 def default_retry_config() -> dict[str, Any]:
-    """obstore's retries for the S3 stores we build: bounded, so a dead endpoint fails in seconds, not minutes."""
-    retries = get_config().retries
-    return {"max_retries": retries, "retry_timeout": timedelta(seconds=30),
+    """obstore's retries for the S3 stores we build: up to 10 with backoff from 0.1 s to 2 s, and never past
+    30 s, so an outage of a few seconds is survived and a dead endpoint fails in bounded time."""
+    return {"max_retries": 10, "retry_timeout": timedelta(seconds=30),
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
 
 

@@ -1,0 +1,67 @@
+"""Full reads that end in GPU memory (``device="cuda"``); skipped without ``cupy`` and a CUDA device.
+
+engine="zarr": zarr-python with ``zarr.config.enable_gpu()`` (GPU buffers; its codecs decide where decoding
+runs). engine="zarrmax": the backend's own ``device="cuda"`` when its ``open_dataset`` takes ``device``; until
+then a host read followed by one copy to the device, the path a user has today.
+Data: the local-directory copies written by the read benchmarks' ``setup_cache`` (shared).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import helpers
+from .helpers import CUBE, ENGINES, SHARDED, WORKERS, ReadTarget
+
+
+def zarrmax_takes_device() -> bool:
+    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
+
+    return "device" in ZarrmaxBackendEntrypoint.open_dataset_parameters
+
+
+def read_to_device(target: ReadTarget, device: str) -> Any:
+    """Open and read the whole array into device memory; returns the device array (synchronized)."""
+    import cupy
+    import dask
+    import zarr
+
+    with dask.config.set(scheduler="threads", num_workers=WORKERS):
+        if target.engine == "zarr":
+            with zarr.config.enable_gpu():
+                out = cupy.asarray(target.open()["v"].data.compute())
+        elif zarrmax_takes_device():
+            out = cupy.asarray(target.open(device=device)["v"].data.compute())
+        else:
+            out = cupy.asarray(target.open()["v"].data.compute())
+    cupy.cuda.Device().synchronize()
+    return out
+
+
+class ReadGPU:
+    """Full read of a sharded array into GPU memory, local directory."""
+
+    params = [ENGINES, ["cuda"], [SHARDED, CUBE]]
+    param_names = ["engine", "device", "layout"]
+    timeout = 300
+    repeat = (2, 5, 10.0)
+    number = 1
+    setup_cache = helpers.write_read_data
+
+    def setup(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> None:
+        helpers.require_gpu()
+        if engine == "zarr":
+            import zarr
+
+            if not hasattr(zarr.config, "enable_gpu"):
+                helpers.skip("this zarr has no zarr.config.enable_gpu()", service=False)
+        self.target = ReadTarget(cache, engine, layout, "local")
+
+    def time_read_to_device(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> None:
+        read_to_device(self.target, device)
+
+    def track_read_throughput_to_device(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> float:
+        """GB/s into device memory, median of 3 reads after a warm-up read."""
+        return self.target.nbytes / helpers.median_time(lambda: read_to_device(self.target, device)) / 1e9
+
+    track_read_throughput_to_device.unit = "GB/s"  # type: ignore[attr-defined]

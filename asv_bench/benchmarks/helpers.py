@@ -1,0 +1,380 @@
+"""Shared pieces of the asv suite: skips, loopback services, deterministic data, the engines' read calls.
+
+asv runs ``setup_cache`` once per run in a process of its own, then every benchmark (and every parameter
+combination) in a fresh process whose working directory is the cache directory. So data is written once, in
+``setup_cache``, to directories under that cache directory -- local Zarr stores, and a MinIO data directory
+filled through a MinIO server that is stopped again before ``setup_cache`` returns. Each benchmark process then
+starts its own MinIO on that data directory (and toxiproxy, for added latency) the first time it needs one;
+these are stopped at exit, and a watchdog stops them too if the process dies without running ``atexit``.
+Everything listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("ICECHUNK_LOG", "error")
+
+ENGINES = ["zarr", "zarrmax"]
+# Size of each array read by the read benchmarks. Results recorded at different sizes are not comparable:
+# change it for a whole machine's history, not between runs.
+MIB = int(os.environ.get("ZARRMAX_ASV_MIB", "64"))
+WORKERS = 16  # dask threads for both engines, as in asv_bench/throughput.py
+BUCKET = "bench"
+N_VARS = 273  # data variables of the open benchmarks' group (plus 4 coordinates)
+CUBE = "float32 cube, 4 MB chunks in 64 MB shards"
+SHARDED = "int64, 1 MB chunks in 64 MB shards"
+
+
+# -- skips -----------------------------------------------------------------------------------------------
+
+
+def strict() -> bool:
+    """``ZARRMAX_ASV_STRICT=1``: a missing MinIO, toxiproxy or distributed fails instead of skipping."""
+    return os.environ.get("ZARRMAX_ASV_STRICT", "") not in ("", "0")
+
+
+def skip(reason: str, *, service: bool = True) -> None:
+    """Skip the current benchmark the asv way (``NotImplementedError`` from setup)."""
+    if service and strict():
+        raise RuntimeError(f"{reason} (and ZARRMAX_ASV_STRICT is set)")
+    raise NotImplementedError(reason)
+
+
+def require_minio() -> str:
+    from xarray_zarrmax.testing import minio_binary
+
+    binary = minio_binary()
+    if binary is None:
+        skip("MinIO binary not found: run `bash ci/install_services.sh`")
+    assert binary is not None
+    return binary
+
+
+def require_toxiproxy() -> str:
+    from xarray_zarrmax.testing import toxiproxy_binaries
+
+    binaries = toxiproxy_binaries()
+    if binaries is None:
+        skip("toxiproxy binaries not found: run `bash ci/install_services.sh`")
+    assert binaries is not None
+    return binaries[0]
+
+
+def require_distributed() -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        skip("distributed is not installed (pip install .[distributed])")
+
+
+def require_gpu() -> Any:
+    """cupy, when it imports and sees a CUDA device; skips otherwise (never fails, even when strict)."""
+    try:
+        import cupy
+    except Exception as e:  # ImportError, or a cupy built for another CUDA failing at import
+        skip(f"cupy is not importable ({type(e).__name__}: {e})", service=False)
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no driver, no device
+        skip(f"no CUDA device ({type(e).__name__}: {e})", service=False)
+    if count < 1:
+        skip("no CUDA device", service=False)
+    return cupy
+
+
+# -- loopback services, one set per benchmark process ----------------------------------------------------
+
+_minio: dict[str, Any] = {}
+_toxiproxy: list[Any] = []
+_latency_endpoints: dict[tuple[int, int], str] = {}
+
+
+def _stop_with_parent(pid: int) -> None:
+    """Stop ``pid`` once this process is gone, even when it dies without running ``atexit`` (asv's
+    forkserver leaves through ``os._exit``; a timeout kills the whole process group, service included)."""
+    subprocess.Popen(
+        ["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; kill {pid} 2>/dev/null"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def _start_minio(root: Path) -> Any:
+    from xarray_zarrmax.testing import MinioServer
+
+    server = MinioServer(require_minio(), root=root).start()
+    assert server.proc is not None
+    _stop_with_parent(server.proc.pid)
+    return server
+
+
+@atexit.register
+def stop_services() -> None:
+    for server in _minio.values():
+        server.stop()  # stop only: the data directory belongs to setup_cache
+    _minio.clear()
+    for proxy in _toxiproxy:
+        proxy.stop()
+    _toxiproxy.clear()
+    _latency_endpoints.clear()
+
+
+def minio_on(root: str) -> Any:
+    """This process's MinIO server on the data directory under ``root`` (written by ``setup_cache``)."""
+    server = _minio.get(root)
+    if server is None or server.proc is None or server.proc.poll() is not None:
+        server = _minio[root] = _start_minio(Path(root))
+    return server
+
+
+def endpoint_with_latency(server: Any, latency_ms: int) -> str:
+    """``server``'s endpoint, or a toxiproxy endpoint in front of it adding ``latency_ms`` to every response."""
+    if not latency_ms:
+        return str(server.endpoint)
+    key = (int(server.port), int(latency_ms))
+    if key not in _latency_endpoints:
+        from xarray_zarrmax.testing import Toxiproxy
+
+        if not _toxiproxy:
+            proxy = Toxiproxy(require_toxiproxy()).start()
+            assert proxy.proc is not None
+            _stop_with_parent(proxy.proc.pid)
+            _toxiproxy.append(proxy)
+        name = f"s3-{server.port}-{latency_ms}ms"
+        _latency_endpoints[key] = _toxiproxy[0].proxy(name, server.port)
+        _toxiproxy[0].add_toxic(name, "latency", latency=latency_ms)
+    return _latency_endpoints[key]
+
+
+@contextlib.contextmanager
+def writing_minio(root: Path) -> Iterator[Any]:
+    """A MinIO server on a new data directory under ``root`` for ``setup_cache`` to fill; stopped on exit,
+    leaving the data for the benchmark processes' own servers."""
+    server = _start_minio(root)
+    try:
+        server.make_bucket(BUCKET)
+        yield server
+    finally:
+        server.stop()
+
+
+# -- counting requests for engine="zarr" -----------------------------------------------------------------
+
+
+def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
+    """``store`` wrapped so that every request zarr-python sends through it is counted into ``counts``: GETs
+    (whole, ranged, and each batch of ``get_ranges``), LISTs (one per listing call) and HEADs (``exists``,
+    ``getsize``). zarr's ``LoggingStore`` counts method calls but lets ``get_ranges`` and ``_get_many`` through
+    uncounted and logs every call, so the suite has its own small wrapper."""
+    from zarr.storage import WrapperStore
+
+    class CountingStore(WrapperStore):  # type: ignore[type-arg]
+        def __init__(self, store: Any, counts: Counter[str] | None = None) -> None:
+            super().__init__(store)
+            self.counts: Counter[str] = Counter() if counts is None else counts
+
+        def _with_store(self, store: Any) -> CountingStore:
+            return type(self)(store, self.counts)  # with_read_only() and friends keep counting
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            self.counts["get"] += 1
+            return await self._store.get(key, prototype, byte_range)
+
+        def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
+            self.counts["get"] += 1
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> Any:
+            key_ranges = list(key_ranges)
+            self.counts["get"] += len(key_ranges)
+            return await self._store.get_partial_values(prototype, key_ranges)
+
+        async def get_ranges(self, key: str, byte_ranges: Sequence[Any], **kwargs: Any) -> AsyncIterator[Any]:
+            async for group in super().get_ranges(key, byte_ranges, **kwargs):
+                self.counts["get"] += 1  # one batch per underlying request
+                yield group
+
+        async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncIterator[tuple[str, Any]]:
+            for key, prototype, byte_range in requests:  # zarr's default, through our counted get
+                yield key, await self.get(key, prototype, byte_range)
+
+        async def exists(self, key: str) -> bool:
+            self.counts["head"] += 1
+            return await self._store.exists(key)
+
+        async def getsize(self, key: str) -> int:
+            self.counts["head"] += 1
+            return await self._store.getsize(key)
+
+        async def list(self) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list():
+                yield key
+
+        async def list_prefix(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list_prefix(prefix):
+                yield key
+
+        async def list_dir(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list_dir(prefix):
+                yield key
+
+    return CountingStore(store, counts)
+
+
+# -- the read layouts of asv_bench/throughput.py ---------------------------------------------------------
+
+_THROUGHPUT = Path(__file__).resolve().parent.parent / "throughput.py"
+
+
+def throughput() -> Any:
+    """``asv_bench/throughput.py`` as a module (its ``Layout``, ``layouts``, ``write``, ``ceiling_*``)."""
+    name = "zarrmax_asv_throughput"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, _THROUGHPUT)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def layouts() -> dict[str, Any]:
+    return {layout.name: layout for layout in throughput().layouts(MIB)}
+
+
+LAYOUTS = list(layouts())
+
+
+def layout_key(name: str) -> str:
+    return f"l{LAYOUTS.index(name)}.zarr"
+
+
+def write_read_data(_self: Any = None) -> dict[str, Any]:
+    """``setup_cache`` of the read benchmarks (shared across classes and modules: asv keys a cache by the
+    function's module and line, so one function means one copy of the data). Writes every layout to a local
+    directory and, when MinIO is available, to a bucket; returns where."""
+    import zarr
+
+    tp = throughput()
+    root = Path.cwd().resolve() / "read-data"
+    local = root / "local"
+    local.mkdir(parents=True, exist_ok=True)
+    for name, layout in layouts().items():
+        tp.write(str(local / layout_key(name)), layout)
+    minio_root = None
+    from xarray_zarrmax.testing import minio_binary
+
+    if minio_binary() is not None:
+        minio_root = root / "minio"
+        with writing_minio(minio_root) as server:
+            for name, layout in layouts().items():
+                tp.write(zarr.storage.ObjectStore(server.obstore(BUCKET, layout_key(name))), layout)
+    os.sync()  # no writeback of what was just written competes with the timed reads
+    return {"local": str(local), "minio": None if minio_root is None else str(minio_root), "mib": MIB}
+
+
+write_read_data.timeout = 900  # type: ignore[attr-defined]  # asv reads a setup_cache's own timeout
+
+
+def write_open_data(_self: Any = None) -> dict[str, Any]:
+    """``setup_cache`` of the open benchmarks: the many-variable group, unconsolidated and consolidated, in a
+    MinIO bucket (``None`` when MinIO is missing: the benchmarks skip)."""
+    import zarr
+
+    from xarray_zarrmax.testing import minio_binary, write_many_variable_group
+
+    if minio_binary() is None:
+        return {"minio": None}
+    root = Path.cwd().resolve() / "open-data" / "minio"
+    prefixes = {}
+    with writing_minio(root) as server:
+        for consolidated in (False, True):
+            prefix = prefixes[consolidated] = "era5-consolidated.zarr" if consolidated else "era5.zarr"
+            write_many_variable_group(zarr.storage.ObjectStore(server.obstore(BUCKET, prefix)), N_VARS,
+                                      consolidated=consolidated)
+    return {"minio": str(root), "prefixes": prefixes}
+
+
+write_open_data.timeout = 300  # type: ignore[attr-defined]
+
+
+class ReadTarget:
+    """One stored layout as each engine opens it, and the raw read of its stored objects (the ceiling)."""
+
+    def __init__(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        import zarr
+
+        from xarray_zarrmax import get_config
+
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}. Got {engine!r} instead.")
+        if cache.get("mib") != MIB:
+            raise RuntimeError(f"setup_cache wrote {cache.get('mib')} MiB arrays, this process expects {MIB}")
+        tp = throughput()
+        self.engine = engine
+        self.layout = layouts()[layout]
+        key = layout_key(layout)
+        self.kwargs: dict[str, Any] = {}
+        # A new store object for every open, for both engines: zarrmax builds its S3 store from the URL.
+        if store == "local":
+            path = Path(cache["local"]) / key
+            self.target: Callable[[], Any] = lambda: str(path)
+            self.ceiling: Callable[[], int] = lambda: tp.ceiling_local(path, WORKERS)
+        elif store == "minio":
+            if cache["minio"] is None:
+                skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
+            server = minio_on(cache["minio"])
+            if engine == "zarr":
+                self.target = lambda: zarr.storage.ObjectStore(server.obstore(BUCKET, key), read_only=True)
+            else:
+                self.target = lambda: f"s3://{BUCKET}/{key}"
+                self.kwargs = {"storage_options": server.storage_options()}
+            self.ceiling = lambda: tp.ceiling_s3(server.obstore(BUCKET, key), get_config().concurrency)
+        else:
+            raise ValueError(f"store must be 'local' or 'minio'. Got {store!r} instead.")
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.layout.nbytes)
+
+    def open(self, **kwargs: Any) -> Any:
+        import xarray as xr
+
+        extra = {"consolidated": False} if self.engine == "zarr" else {}
+        return xr.open_dataset(self.target(), engine=self.engine, chunks={}, **extra, **self.kwargs, **kwargs)
+
+    def read(self) -> int:
+        """Open and read the whole array (``.values``) on the threaded scheduler, as throughput.py does."""
+        import dask
+
+        ds = self.open()
+        with dask.config.set(scheduler="threads", num_workers=WORKERS):
+            return int(ds["v"].values.nbytes)
+
+
+def median_time(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Median wall time of ``repeat`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

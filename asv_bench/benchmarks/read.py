@@ -1,0 +1,90 @@
+"""Full reads of the layouts of ``asv_bench/throughput.py``, from a local directory and from MinIO.
+
+Each array is ``ZARRMAX_ASV_MIB`` MiB (default 64), written once per run in ``setup_cache``. A read is
+``xr.open_dataset(..., chunks={})`` then ``ds["v"].values`` on dask's threaded scheduler with 16 threads, for
+both engines. The raw ceiling is every stored object of the array read with no decode: concurrent file reads
+(local) or obstore GETs at zarrmax's concurrency (MinIO).
+
+asv takes every number as lower-is-better; ``track_read_throughput`` and ``track_ratio_to_ceiling`` are
+higher-is-better, so ``asv continuous``/``asv compare`` show their improvements as regressions
+(``time_read`` measures the same reads the asv way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import helpers
+from .helpers import ENGINES, LAYOUTS, SHARDED, ReadTarget
+
+
+class ReadThroughput:
+    """Full read of one array per layout and store."""
+
+    params = [ENGINES, LAYOUTS, ["local", "minio"]]
+    param_names = ["engine", "layout", "store"]
+    timeout = 300
+    repeat = (2, 5, 10.0)
+    number = 1
+    setup_cache = helpers.write_read_data
+
+    def setup(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        self.target = ReadTarget(cache, engine, layout, store)
+
+    def time_read(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        self.target.read()
+
+    def peakmem_read(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        self.target.read()
+
+    def track_read_throughput(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> float:
+        """GB/s of decoded output, median of 3 reads after a warm-up read."""
+        return self.target.nbytes / helpers.median_time(self.target.read) / 1e9
+
+    track_read_throughput.unit = "GB/s"  # type: ignore[attr-defined]
+
+    def track_ratio_to_ceiling(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> float:
+        """Raw-ceiling time / engine time for the same stored objects (1.0: as fast as reading the bytes)."""
+        t_ceiling = helpers.median_time(self.target.ceiling)
+        t_engine = helpers.median_time(self.target.read)
+        return t_ceiling / t_engine
+
+    track_ratio_to_ceiling.unit = "ratio"  # type: ignore[attr-defined]
+
+
+class ReadDistributed:
+    """Full read with a ``distributed`` LocalCluster (2 worker processes, 2 threads each) as the scheduler:
+    the tasks, their store handles and the decoded chunks cross process boundaries."""
+
+    params = [ENGINES, [SHARDED], ["local", "minio"]]
+    param_names = ["engine", "layout", "store"]
+    timeout = 300
+    repeat = (2, 5, 10.0)
+    number = 1
+    setup_cache = helpers.write_read_data
+    _client: list[Any] = []
+
+    def setup(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        helpers.require_distributed()
+        self.target = ReadTarget(cache, engine, layout, store)
+        if not self._client:  # one cluster per process (asv reruns setup before every sample)
+            import atexit
+
+            from distributed import Client, LocalCluster
+
+            cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1",
+                                   dashboard_address=None, silence_logs=50)
+            client = Client(cluster, set_as_default=False)
+            self._client.append(client)
+
+            @atexit.register
+            def _close() -> None:
+                client.close()
+                cluster.close()
+
+    def time_read_distributed(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
+        client = self._client[0]
+        ds = self.target.open()
+        arr = ds["v"].data
+        out = client.compute(arr).result()
+        assert out.nbytes == self.target.nbytes
