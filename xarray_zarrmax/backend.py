@@ -35,42 +35,61 @@ DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
 
 class ZarrmaxArray(BackendArray):
-    """A lazy array on the fast path. Thread-safe (no mutable state) and small to pickle."""
+    """A lazy array on the fast path. Thread-safe (no mutable state) and small to pickle.
 
-    __slots__ = ("plan", "source", "token", "shape", "dtype")
+    ``device`` None reads into NumPy on the CPU; a `Device` reads onto it (CuPy for "cuda").
+    """
 
-    def __init__(self, plan: ArrayPlan, source: ByteSource, token: str) -> None:
+    __slots__ = ("plan", "source", "token", "shape", "dtype", "device")
+
+    def __init__(self, plan: ArrayPlan, source: ByteSource, token: str, device: DeviceSpec = None) -> None:
         self.plan = plan
         self.source = source
         self.token = token
         self.shape = plan.shape
         self.dtype = plan.dtype
+        self.device = device
 
-    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._getitem)
 
-    def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
+    def _getitem(self, key: tuple[Any, ...]) -> Any:
         box, post, touched = normalize_selection(key, self.shape)
-        return apply_outer(read_box(self.plan, self.source, box, self.token, touched), post)
+        if self.device is None:
+            return apply_outer(read_box(self.plan, self.source, box, self.token, touched), post)
+        from .device_read import read_box_on
+
+        device = resolve_device(self.device)
+        return apply_outer(read_box_on(device, self.plan, self.source, box, self.token, touched), post)
+
+
+DeviceSpec = Any  # None (CPU, NumPy), "cuda", or a Device instance (the NumPy stand-in in tests)
+
+
+def resolve_device(spec: DeviceSpec) -> Any:
+    from .devices import Device, get_device
+
+    return spec if isinstance(spec, Device) else get_device(spec)
 
 
 class FallbackArray(BackendArray):
     """An array outside the fast path, read by zarr-python: slower, never a different answer."""
 
-    def __init__(self, node: ArrayNode, source: ByteSource, reason: str) -> None:
+    def __init__(self, node: ArrayNode, source: ByteSource, reason: str, device: DeviceSpec = None) -> None:
         self.node = node
         self.source = source
         self.reason = reason
+        self.device = device
         self.shape = tuple(int(s) for s in node.metadata.shape)
         self.dtype = output_dtype(node.metadata)
         self._array: Any = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"node": self.node, "source": self.source, "reason": self.reason}
+        return {"node": self.node, "source": self.source, "reason": self.reason, "device": self.device}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["node"], state["source"], state["reason"])  # type: ignore[misc]
+        self.__init__(state["node"], state["source"], state["reason"], state["device"])  # type: ignore[misc]
 
     def zarr_array(self) -> Any:
         with self._lock:
@@ -81,8 +100,15 @@ class FallbackArray(BackendArray):
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._getitem)
 
-    def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
-        return np.asarray(run_sync(self.zarr_array().getitem(key)))
+    def _getitem(self, key: tuple[Any, ...]) -> Any:
+        host = np.asarray(run_sync(self.zarr_array().getitem(key)))
+        if self.device is None:
+            return host
+        device = resolve_device(self.device)  # decoded on the CPU by zarr-python, then one copy over
+        stream = device.stream()
+        out = device.to_device(np.ascontiguousarray(host), stream)
+        device.publish(stream)
+        return out
 
 
 def zarr_async_array(node: ArrayNode, source: ByteSource) -> Any:
@@ -97,8 +123,9 @@ class ZarrmaxStore(AbstractDataStore):
     """An xarray data store over a loaded `GroupNode`; variables are lazy."""
 
     def __init__(self, source: ByteSource, *, use_zarr_fill_value_as_mask: bool | None = None,
-                 dropped: Iterable[str] = ()) -> None:
+                 dropped: Iterable[str] = (), device: DeviceSpec = None) -> None:
         self.source = source
+        self.device = device
         self.token = uuid.uuid4().hex
         self.dropped = set(dropped)
         self.use_zarr_fill_value_as_mask = use_zarr_fill_value_as_mask
@@ -109,9 +136,10 @@ class ZarrmaxStore(AbstractDataStore):
     @classmethod
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
              zarr_format: int | None = None, variables: Iterable[str] | None = None,
-             use_zarr_fill_value_as_mask: bool | None = None, dropped: Iterable[str] = ()) -> ZarrmaxStore:
+             use_zarr_fill_value_as_mask: bool | None = None, dropped: Iterable[str] = (),
+             device: DeviceSpec = None) -> ZarrmaxStore:
         """Load the group's metadata, reading index coordinates as their metadata arrives."""
-        store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped)
+        store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped, device=device)
         wanted = None if variables is None else set(variables)
         store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
                                           variables=wanted, on_array=store.preload_index))
@@ -178,18 +206,26 @@ class ZarrmaxStore(AbstractDataStore):
             if "_FillValue" in attrs:
                 attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], wrapper.dtype)
         preloaded = self._preloaded.get(node.name)
-        data = preloaded if preloaded is not None else indexing.LazilyIndexedArray(wrapper)
+        if preloaded is not None:
+            data: Any = preloaded  # index coordinates stay on the host: pandas builds the index from them
+        elif self.device == "cuda":
+            data = _device_dask_array(wrapper, outer, f"zarrmax-{self.token}-{node.name}")
+        else:
+            data = indexing.LazilyIndexedArray(wrapper)
         return Variable(dims, data, attrs, encoding)
 
-    def wrapper(self, node: ArrayNode) -> BackendArray:
+    def wrapper(self, node: ArrayNode, *, on_host: bool = False) -> BackendArray:
         """The lazy array for a node: the fast path where its metadata allows, else zarr-python."""
-        found = self._wrappers.get(node.name)
+        device = None if on_host else self.device
+        found = self._wrappers.get(node.name) if not on_host else None
         if found is None:
             try:
-                found = ZarrmaxArray(plan_array(node.name, node.path, node.metadata), self.source, self.token)
+                plan = plan_array(node.name, node.path, node.metadata)
+                found = ZarrmaxArray(plan, self.source, self.token, device)
             except Unsupported as why:
-                found = FallbackArray(node, self.source, str(why))
-            self._wrappers[node.name] = found
+                found = FallbackArray(node, self.source, str(why), device)
+            if not on_host:
+                self._wrappers[node.name] = found
         return found
 
     def is_index_coordinate(self, node: ArrayNode) -> bool:
@@ -206,7 +242,7 @@ class ZarrmaxStore(AbstractDataStore):
         """Read an index coordinate as soon as its metadata is known (called by `load_group`)."""
         if node.name in self.dropped or not self.is_index_coordinate(node):
             return
-        wrapper = self.wrapper(node)
+        wrapper = self.wrapper(node, on_host=True)
         if isinstance(wrapper, ZarrmaxArray):
             box = tuple((0, s) for s in wrapper.shape)
             values = await read_box_async(wrapper.plan, self.source, box, self.token)
@@ -235,6 +271,33 @@ class ZarrmaxStore(AbstractDataStore):
         pass
 
 
+class _DaskSource:
+    """NumPy-style slicing over a lazy array, for dask.array.from_array with a device meta."""
+
+    def __init__(self, wrapper: BackendArray) -> None:
+        self.wrapper = wrapper
+        self.shape = wrapper.shape
+        self.dtype = wrapper.dtype
+        self.ndim = len(wrapper.shape)
+
+    def __getitem__(self, key: tuple[Any, ...]) -> Any:
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * (self.ndim - len(key))
+        return self.wrapper[indexing.BasicIndexer(key)]
+
+
+def _device_dask_array(wrapper: BackendArray, chunks: tuple[int, ...], name: str) -> Any:
+    """A dask array whose blocks (one per shard) and meta live on the CUDA device.
+
+    Built here because xarray gives lazily indexed backend arrays a NumPy meta when it chunks them.
+    """
+    import cupy
+    import dask.array as da
+
+    meta = cupy.empty((0,) * len(wrapper.shape), dtype=wrapper.dtype)
+    return da.from_array(_DaskSource(wrapper), chunks=chunks, name=name, meta=meta, asarray=False, fancy=False)
+
+
 def codec_encoding(meta: Any) -> dict[str, Any]:
     """The ``compressors``/``filters``/``serializer`` zarr-python's Array reports, from metadata alone."""
     if meta.zarr_format == 2:
@@ -261,6 +324,12 @@ def _grid_of(meta: Any) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
     return outer, outer, False
 
 
+def _is_device(obj: Any) -> bool:
+    from .devices import Device
+
+    return isinstance(obj, Device)
+
+
 class ZarrmaxBackendEntrypoint(BackendEntrypoint):
     """Read Zarr v2/v3 shard by shard, at the speed of the storage: ``engine="zarrmax"``."""
 
@@ -269,7 +338,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
     open_dataset_parameters = (
         "filename_or_obj", "mask_and_scale", "decode_times", "concat_characters", "decode_coords",
         "drop_variables", "use_cftime", "decode_timedelta", "group", "consolidated", "storage_options",
-        "zarr_format", "variables", "use_zarr_fill_value_as_mask",
+        "zarr_format", "variables", "use_zarr_fill_value_as_mask", "device",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -298,16 +367,23 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         zarr_format: int | None = None,
         variables: Iterable[str] | None = None,
         use_zarr_fill_value_as_mask: bool | None = None,
+        device: DeviceSpec = "cpu",
     ) -> Any:
         from xarray.backends.store import StoreBackendEntrypoint
 
+        if device == "cpu":
+            device = None
+        elif device == "cuda":
+            resolve_device(device)  # fail now, with the extra to install, rather than in the first task
+        elif not _is_device(device):
+            raise ValueError(f"device must be 'cpu' or 'cuda'. Got {device!r} instead.")
         source = resolve_source(filename_or_obj, storage_options)
         if isinstance(variables, str):
             variables = [variables]
         dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
         store = ZarrmaxStore.open(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                   variables=variables, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                                  dropped=dropped)
+                                  dropped=dropped, device=device)
         return StoreBackendEntrypoint().open_dataset(
             store,
             mask_and_scale=mask_and_scale,

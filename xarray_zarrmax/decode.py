@@ -57,7 +57,10 @@ class ChunkCodec:
         """Decode to a new array of ``chunk_shape``; ``where`` names array, key and chunk for errors."""
         data, compressor = self._unwrap(raw, where)
         if compressor is not None:
-            data = _decompress(compressor, data, None, where, self.bytes_codecs)
+            # Always into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
+            flat = np.empty(self.nbytes, dtype=np.uint8)
+            _decompress(compressor, data, flat, where, self.bytes_codecs)
+            data = flat
         flat = np.frombuffer(data, dtype=np.uint8)
         if flat.size != self.nbytes:
             raise CorruptDataError(f"{where}: decoded {flat.size} bytes, expected {self.nbytes} for chunk shape "

@@ -45,7 +45,7 @@ def _cache_index(token: str, key: str, index: np.ndarray) -> None:
 
 
 @dataclass(slots=True)
-class _Work:
+class Work:
     """One inner chunk to place: its bytes (None = missing, use the fill value) and where it goes."""
 
     raw: Any
@@ -60,13 +60,13 @@ def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> 
 
 async def _fetch_outer(
     plan: ArrayPlan, source: ByteSource, outer: Piece, box: Box, touched: Touched, token: str
-) -> list[_Work]:
+) -> list[Work]:
     """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
     key = plan.keys.key(outer.coords)
     limit = max_object_size(plan.shard, plan.codec.nbytes)
     if plan.shard is None:
         raw = await source.get_large(key, limit)
-        return [_Work(raw, outer, _where(plan, key))]
+        return [Work(raw, outer, _where(plan, key))]
 
     fmt = plan.shard
     sbox = shard_box(outer.coords, plan.outer_chunks, plan.shape)
@@ -84,7 +84,7 @@ async def _fetch_outer(
     if index is None and len(pieces) >= get_config().full_shard_fraction * total:
         shard = await source.get_large(key, limit)
         if shard is None:
-            return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+            return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index, _ = split_index(fmt, shard, _where(plan, key))
         _cache_index(token, key, index)
         data = memoryview(shard).cast("B")
@@ -94,19 +94,19 @@ async def _fetch_outer(
         if fmt.index_at_end:
             got = await source.get_suffix(key, fmt.index_nbytes)
             if got is None:
-                return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+                return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
             raw_index, size = got
         else:
             ranges = await source.get_ranges(key, [(0, fmt.index_nbytes)])
             if ranges is None:
-                return [_Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+                return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
             raw_index, size = ranges[0], None
         index = parse_index(fmt, raw_index, size, _where(plan, key))
         _cache_index(token, key, index)
 
     wanted = [(p, index[p.coords]) for p in pieces]
     present = [(p, int(e[0]), int(e[0] + e[1])) for p, e in wanted if e[0] != EMPTY]
-    work = [_Work(None, p, _where(plan, key, p.coords)) for p, e in wanted if e[0] == EMPTY]
+    work = [Work(None, p, _where(plan, key, p.coords)) for p, e in wanted if e[0] == EMPTY]
     if not present:
         return work
     merged = coalesce([(a, b) for _, a, b in present], get_config().coalesce_gap)
@@ -122,19 +122,19 @@ async def _fetch_outer(
             )
         for i in members:
             p, a, b = present[i]
-            work.append(_Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
+            work.append(Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
     return work
 
 
-def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, data: memoryview, base: int) -> _Work:
+def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, data: memoryview, base: int) -> Work:
     offset, nbytes = index[piece.coords]
     if offset == EMPTY:
-        return _Work(None, piece, _where(plan, key, piece.coords))
+        return Work(None, piece, _where(plan, key, piece.coords))
     a = int(offset) - base
-    return _Work(data[a:a + int(nbytes)], piece, _where(plan, key, piece.coords))
+    return Work(data[a:a + int(nbytes)], piece, _where(plan, key, piece.coords))
 
 
-def _place(plan: ArrayPlan, out: np.ndarray, work: _Work) -> None:
+def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
     piece = work.piece
     target = out[(*piece.out_region, Ellipsis)]  # Ellipsis keeps a view even for 0-d arrays
     if work.raw is None:
@@ -191,6 +191,19 @@ async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: s
         outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
         await _read_remote(plan, source, out, outers, box, (None,) * len(box), token, decode_on_pool=False)
     return out
+
+
+def fetch_work(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched) -> list[Work]:
+    """Fetch the compressed bytes of every chunk ``box`` needs, undecoded (for device pipelines)."""
+    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
+    if source.is_local:
+        return [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
+
+    async def gather() -> list[Work]:
+        groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
+        return [w for g in groups for w in g]
+
+    return run_sync(gather())
 
 
 def _read_local_outer(plan: ArrayPlan, source: ByteSource, out: np.ndarray, outer: Piece, box: Box,

@@ -1,0 +1,160 @@
+"""The device pipeline: batching, pinned-buffer pool and stream ordering, on the NumPy stand-in (CI) and on
+CUDA where a GPU exists (marked gpu)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import HealthCheck, given, settings
+
+from tests.strategies import array_specs, write_array
+from xarray_zarrmax import CorruptDataError
+from xarray_zarrmax.backend import ZarrmaxStore
+from xarray_zarrmax.device_read import device_decodable, read_box_on
+from xarray_zarrmax.devices import HostDevice, PinnedPool
+from xarray_zarrmax.stores import resolve_source
+
+
+def test_import_does_not_import_cupy():
+    code = "import xarray_zarrmax, xarray_zarrmax.backend, sys; print('cupy' in sys.modules, 'nvidia' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"
+
+
+def test_cuda_without_cupy_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as if cupy were not installed
+    import xarray_zarrmax.gpu as gpu
+
+    monkeypatch.setattr(gpu, "_device", None)
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    with pytest.raises(ImportError, match=r"requires cupy; pip install 'xarray_zarrmax\[gpu\]'"):
+        xr.open_dataset(tmp_path / "g.zarr", engine="zarrmax", device="cuda")
+
+
+def test_bad_device_name(tmp_path):
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'. Got 'tpu'"):
+        xr.open_dataset(tmp_path / "g.zarr", engine="zarrmax", device="tpu")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(spec=array_specs(zarr_format=3))
+def test_numpy_device_gives_zarr_answers(tmp_path_factory, spec):
+    """The whole device path through xarray, on the NumPy stand-in: same values as engine="zarr"."""
+    path = str(tmp_path_factory.mktemp("dev") / "d.zarr")
+    write_array(path, spec)
+    ours = xr.open_dataset(path, engine="zarrmax", chunks={}, device=HostDevice())
+    oracle = xr.open_dataset(path, engine="zarr", consolidated=False)
+    a, b = ours["v"].values, oracle["v"].values
+    assert a.dtype == b.dtype
+    if a.dtype == object:
+        assert xr.DataArray(a).identical(xr.DataArray(b))
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def sharded(path, n_shards=6):
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(n_shards * 64,), chunks=(16,), shards=(64,), dtype="i4",
+                             dimension_names=["x"], fill_value=-1)
+    data = np.arange(n_shards * 64, dtype="i4")
+    data[16:32] = -1  # one chunk left unwritten: a missing chunk in shard 0
+    arr[:] = data
+    return data
+
+
+def _read_tasks(path, device, pool):
+    """One read per shard, in order, on one thread: the buffer pool hands the same pinned buffer around."""
+    store = ZarrmaxStore.open(resolve_source(str(path)))
+    wrapper = store.wrapper(store.group.arrays["v"])
+    plan = wrapper.plan
+    assert device_decodable(plan.codec)
+    n = plan.shape[0] // plan.outer_chunks[0]
+    return [read_box_on(device, plan, wrapper.source, ((i * 64, (i + 1) * 64),), store.token, pool=pool)
+            for i in range(n)]
+
+
+def test_deferred_streams_with_pool_reuse_give_right_answers(tmp_path):
+    data = sharded(tmp_path / "s.zarr")
+    device = HostDevice(deferred=True)
+    pool = PinnedPool(device, keep=1)
+    outs = _read_tasks(tmp_path / "s.zarr", device, pool)
+    assert pool.allocated == 1  # every task reused the one buffer, each after the previous copy ran
+    device.flush()
+    np.testing.assert_array_equal(np.concatenate(outs), data)
+
+
+def test_deferred_streams_catch_a_buffer_reused_too_early(tmp_path, monkeypatch):
+    """Control: a pool that forgets the copy's event hands the buffer out while the copy is still queued;
+    the deferred stand-in then copies a later task's bytes, and the comparison fails. So the test above can
+    fail."""
+    data = sharded(tmp_path / "s.zarr")
+    device = HostDevice(deferred=True)
+    pool = PinnedPool(device, keep=1)
+    original = PinnedPool.release
+    monkeypatch.setattr(PinnedPool, "release", lambda self, buf, event: original(self, buf, None))
+    outs = _read_tasks(tmp_path / "s.zarr", device, pool)
+    try:
+        device.flush()
+        right = np.array_equal(np.concatenate(outs), data)
+    except CorruptDataError:  # a later task's bytes under an earlier task's frame offsets
+        right = False
+    assert not right
+
+
+def test_cpu_decoded_codecs_are_copied_once(tmp_path):
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(100,), chunks=(10,), dtype="f8", dimension_names=["x"],
+                             compressors=[zarr.codecs.GzipCodec()])
+    arr[:] = np.linspace(0, 1, 100)
+    device = HostDevice(deferred=True)
+    store = ZarrmaxStore.open(resolve_source(str(tmp_path / "g.zarr")))
+    wrapper = store.wrapper(store.group.arrays["v"])
+    assert not device_decodable(wrapper.plan.codec)
+    out = read_box_on(device, wrapper.plan, wrapper.source, ((0, 100),), store.token, pool=PinnedPool(device))
+    device.flush()
+    np.testing.assert_array_equal(out, np.linspace(0, 1, 100))
+
+
+# -- the real thing, where a GPU exists -------------------------------------------------------------------
+
+
+def _cuda_or_skip():
+    cupy = pytest.importorskip("cupy")
+    pytest.importorskip("nvidia.nvcomp")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError as err:
+        pytest.skip(f"no usable CUDA device: {err}")
+    return cupy
+
+
+@pytest.mark.gpu
+def test_cuda_blocks_are_cupy_and_match_zarr(tmp_path):
+    cupy = _cuda_or_skip()
+    data = sharded(tmp_path / "s.zarr")
+    ds = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", chunks={}, device="cuda")
+    assert isinstance(ds["v"].data._meta, cupy.ndarray)
+    result = ds["v"].compute().data
+    assert isinstance(result, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(result), data)
+    lazy = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", device="cuda")
+    assert isinstance(lazy["v"].compute().data, cupy.ndarray)
+
+
+@pytest.mark.gpu
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(spec=array_specs(zarr_format=3))
+def test_cuda_gives_zarr_answers(tmp_path_factory, spec):
+    cupy = _cuda_or_skip()
+    path = str(tmp_path_factory.mktemp("gpu") / "d.zarr")
+    write_array(path, spec)
+    ours = xr.open_dataset(path, engine="zarrmax", chunks={}, device="cuda", mask_and_scale=False)
+    oracle = xr.open_dataset(path, engine="zarr", consolidated=False, mask_and_scale=False)
+    np.testing.assert_array_equal(cupy.asnumpy(ours["v"].compute().data), oracle["v"].values)

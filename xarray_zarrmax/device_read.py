@@ -1,0 +1,103 @@
+"""Read a box of an array onto a device: fetch on the host, one copy to the device per task, batched decode.
+
+Per task (one shard): the compressed chunks it needs are fetched as on the CPU path (one GET, or the cached
+index plus coalesced ranges), packed into a pinned buffer from a reusable pool, copied to the device in one
+transfer on the thread's stream, decoded there in one batched zstd call and placed into the preallocated
+device output. Nothing waits on the host: the caller's stream is made to wait for the task's stream. Arrays
+whose codecs the device cannot decode are decoded on the CPU and copied over once.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .decode import ChunkCodec, check_crc32c
+from .devices import Device, PinnedPool
+from .fetch import Work, fetch_work, read_box
+from .layout import Box, Touched, box_shape
+from .plan import ArrayPlan
+from .stores import ByteSource
+
+_pools: dict[int, PinnedPool] = {}
+_pools_lock = threading.Lock()
+
+
+def pinned_pool(device: Device) -> PinnedPool:
+    with _pools_lock:
+        pool = _pools.get(id(device))
+        if pool is None:
+            pool = _pools[id(device)] = PinnedPool(device)
+        return pool
+
+
+def device_decodable(codec: ChunkCodec) -> bool:
+    """zstd (with or without crc32c) into the output's own layout: what the batched device decoder does."""
+    return codec.direct and codec.bytes_codecs in (("zstd",), ("zstd", "crc32c"))
+
+
+def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, token: str,
+                touched: Touched | None = None, pool: PinnedPool | None = None) -> Any:
+    """Read ``box`` into a new device array (see the module docstring)."""
+    touched = touched if touched is not None else (None,) * len(box)
+    stream = device.stream()
+    if not device_decodable(plan.codec):
+        host = read_box(plan, source, box, token, touched)
+        staging = (pool or pinned_pool(device)).acquire(host.nbytes)
+        view = staging[: host.nbytes].view(host.dtype).reshape(host.shape)
+        np.copyto(view, host)
+        out = device.to_device(view, stream)
+        (pool or pinned_pool(device)).release(staging, device.record(stream))
+        device.publish(stream)
+        return out
+
+    out = device.empty(box_shape(box), plan.dtype)
+    if out.size == 0:
+        return out
+    work = fetch_work(plan, source, box, token, touched)
+    _decode_on(device, plan, out, work, stream, pool or pinned_pool(device))
+    device.publish(stream)
+    return out
+
+
+def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stream: Any, pool: PinnedPool) -> None:
+    present = [w for w in work if w.raw is not None]
+    for w in work:
+        if w.raw is None:
+            device.fill(out[(*w.piece.out_region, Ellipsis)], plan.fill_value, stream)
+    if not present:
+        return
+    frames = [_frame(plan.codec, w) for w in present]
+    sizes = [len(f) for f in frames]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    staging = pool.acquire(int(offsets[-1]))
+    for frame, start in zip(frames, offsets[:-1], strict=True):
+        staging[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
+    packed = device.to_device(staging[: int(offsets[-1])], stream)  # one transfer for the whole task
+    pool.release(staging, device.record(stream))  # reusable once that transfer has run
+    inputs = [packed[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    decoded = device.decode_zstd(inputs, stream)
+    shape, nbytes = plan.codec.chunk_shape, plan.codec.nbytes
+    for i, w in enumerate(present):
+        piece = w.piece
+        target = out[(*piece.out_region, Ellipsis)]
+
+        def chunk(i: int = i, region: tuple[slice, ...] = piece.chunk_region, where: str = w.where) -> Any:
+            raw = decoded[i]
+            if raw.size != nbytes:
+                from .errors import CorruptDataError
+
+                raise CorruptDataError(f"{where}: decoded {raw.size} bytes, expected {nbytes}")
+            return raw.view(plan.dtype).reshape(shape)[region]
+
+        device.assign(target, chunk, stream)
+
+
+def _frame(codec: ChunkCodec, work: Work) -> memoryview:
+    """The zstd frame of one chunk, its crc32c (if any) checked on the host first."""
+    data = memoryview(work.raw).cast("B")
+    if codec.bytes_codecs[-1] == "crc32c":
+        data = check_crc32c(data, work.where)
+    return data
