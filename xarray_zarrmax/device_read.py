@@ -56,7 +56,8 @@ def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, t
     out = device.empty(box_shape(box), plan.dtype)
     if out.size == 0:
         return out
-    work = fetch_work(plan, source, box, token, touched)
+    with device.range("zarrmax::read"):
+        work = fetch_work(plan, source, box, token, touched)
     _decode_on(device, plan, out, work, stream, pool or pinned_pool(device))
     device.publish(stream)
     return out
@@ -72,13 +73,15 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
     frames = [_frame(plan.codec, w) for w in present]
     sizes = [len(f) for f in frames]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    staging = pool.acquire(int(offsets[-1]))
-    for frame, start in zip(frames, offsets[:-1], strict=True):
-        staging[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
-    packed = device.to_device(staging[: int(offsets[-1])], stream)  # one transfer for the whole task
-    pool.release(staging, device.record(stream))  # reusable once that transfer has run
+    with device.range("zarrmax::transfer"):
+        staging = pool.acquire(int(offsets[-1]))
+        for frame, start in zip(frames, offsets[:-1], strict=True):
+            staging[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
+        packed = device.to_device(staging[: int(offsets[-1])], stream)  # one transfer for the whole task
+        pool.release(staging, device.record(stream))  # reusable once that transfer has run
     inputs = [packed[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    decoded = device.decode_zstd(inputs, stream)
+    with device.range("zarrmax::decode"):
+        decoded = device.decode_zstd(inputs, stream)
     shape, nbytes = plan.codec.chunk_shape, plan.codec.nbytes
     for i, w in enumerate(present):
         piece = w.piece

@@ -8,6 +8,7 @@ something waits for it, as on a GPU, so a buffer reused too early shows up as wr
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +65,10 @@ class Device:
 
     def asnumpy(self, array: Any) -> np.ndarray:
         raise NotImplementedError
+
+    def range(self, name: str) -> Any:
+        """A named range for profilers (NVTX on CUDA); nothing elsewhere."""
+        return contextlib.nullcontext()
 
 
 class PinnedPool:

@@ -107,6 +107,9 @@ class CudaDevice(Device):
     def asnumpy(self, array: Any) -> np.ndarray:
         return self.cp.asnumpy(array)
 
+    def range(self, name: str) -> Any:
+        return nvtx_range(name)
+
 
 _device: CudaDevice | None = None
 _lock = threading.Lock()
