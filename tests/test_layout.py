@@ -91,3 +91,17 @@ def test_outer_selection_with_index_arrays_equals_numpy(data):
     for t, k, n in zip(touched, key, shape, strict=True):
         if isinstance(k, np.ndarray):
             np.testing.assert_array_equal(t, np.unique(k % n))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.sampled_from([1, 3, 9]))
+def test_zstd_declared_size_matches_what_zstd_decodes(payload, level):
+    import numcodecs
+
+    from xarray_zarrmax.decode import declared_size
+
+    frame = numcodecs.Zstd(level=level).encode(payload)
+    assert declared_size("zstd", frame) == len(payload)
+    blosc = numcodecs.Blosc(cname="lz4").encode(payload) if payload else None
+    if blosc is not None:
+        assert declared_size("blosc", blosc) == len(payload)

@@ -160,10 +160,10 @@ class ZarrmaxStore(AbstractDataStore):
         attrs = dict(meta.attributes)
         if node.zarr_format == 3:
             dims = tuple(meta.dimension_names or ())
-            if len(dims) != len(meta.shape):
+            if len(dims) != len(meta.shape) or not all(isinstance(d, str) for d in dims):
                 raise MetadataError(
-                    f"array {node.name!r} of {self.source.label} is missing the `dimension_names` metadata, "
-                    "which xarray needs to determine variable dimensions"
+                    f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
+                    f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
         dims = attrs.pop(DIMENSION_KEY, None)

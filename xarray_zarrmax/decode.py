@@ -57,10 +57,17 @@ class ChunkCodec:
         """Decode to a new array of ``chunk_shape``; ``where`` names array, key and chunk for errors."""
         data, compressor = self._unwrap(raw, where)
         if compressor is not None:
-            # Always into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
-            flat = np.empty(self.nbytes, dtype=np.uint8)
-            _decompress(compressor, data, flat, where, self.bytes_codecs)
-            data = flat
+            declared = declared_size(compressor, data)
+            if declared is not None and declared != self.nbytes:
+                raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
+                                       f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
+            if declared is not None:
+                # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
+                flat = np.empty(self.nbytes, dtype=np.uint8)
+                _decompress(compressor, data, flat, where, self.bytes_codecs)
+                data = flat
+            else:
+                data = _decompress(compressor, data, None, where, self.bytes_codecs)
         flat = np.frombuffer(data, dtype=np.uint8)
         if flat.size != self.nbytes:
             raise CorruptDataError(f"{where}: decoded {flat.size} bytes, expected {self.nbytes} for chunk shape "
@@ -84,8 +91,39 @@ class ChunkCodec:
             if src.size != target.size:
                 raise CorruptDataError(f"{where}: chunk holds {src.size} bytes, expected {target.size}")
             target[...] = src
-        else:
-            _decompress(compressor, data, target, where, self.bytes_codecs)
+            return
+        declared = declared_size(compressor, data)
+        if declared is None:  # the frame does not say: decode aside, where the size is checked
+            out[...] = self.decode(raw, where)
+            return
+        if declared != target.size:
+            raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {target.size}")
+        _decompress(compressor, data, target, where, self.bytes_codecs)
+
+
+def zstd_content_size(data: Any) -> int | None:
+    """The decompressed size a zstd frame header declares (RFC 8878), or None when it does not say."""
+    view = memoryview(data).cast("B")
+    if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
+        return None
+    descriptor = view[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(view) < pos + size:
+        return None
+    value = int.from_bytes(view[pos:pos + size], "little")
+    return value + 256 if size == 2 else value
+
+
+def declared_size(compressor: str, data: Any) -> int | None:
+    """What a compressed chunk says it decodes to, where its format says so (zstd, blosc)."""
+    if compressor == "zstd":
+        return zstd_content_size(data)
+    if compressor == "blosc":
+        view = memoryview(data).cast("B")
+        return int.from_bytes(view[4:8], "little") if len(view) >= 16 else None
+    return None
 
 
 def check_crc32c(data: Any, where: str) -> memoryview:
@@ -120,8 +158,8 @@ def _decompress(name: str, data: Any, out: np.ndarray | None, where: str, chain:
         result = _decoder(name).decode(data, out=out) if out is not None else _decoder(name).decode(data)
     except Exception as err:
         raise CorruptDataError(f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") from None
-    if out is not None:
-        produced = np.frombuffer(result, dtype=np.uint8).size if result is not out else out.size
+    if out is not None and result is not out:
+        produced = np.frombuffer(result, dtype=np.uint8).size
         if produced != out.size:
             raise CorruptDataError(f"{where}: {name} produced {produced} bytes, expected {out.size}")
     return result

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .decode import ChunkCodec, check_crc32c
+from .decode import ChunkCodec, check_crc32c, zstd_content_size
+from .errors import CorruptDataError
 from .devices import Device, PinnedPool
 from .fetch import Work, fetch_work, read_box
 from .layout import Box, Touched, box_shape
@@ -63,6 +64,9 @@ def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, t
     return out
 
 
+_ALIGN = 16  # nvCOMP wants each compressed frame 16-byte aligned in the batch buffer
+
+
 def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stream: Any, pool: PinnedPool) -> None:
     present = [w for w in work if w.raw is not None]
     for w in work:
@@ -72,26 +76,33 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
         return
     frames = [_frame(plan.codec, w) for w in present]
     sizes = [len(f) for f in frames]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    offsets = [0]
+    for n in sizes[:-1]:
+        offsets.append(offsets[-1] + -(-n // _ALIGN) * _ALIGN)
+    total = offsets[-1] + sizes[-1]
     with device.range("zarrmax::transfer"):
-        staging = pool.acquire(int(offsets[-1]))
-        for frame, start in zip(frames, offsets[:-1], strict=True):
+        staging = pool.acquire(total)
+        for frame, start in zip(frames, offsets, strict=True):
             staging[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
-        packed = device.to_device(staging[: int(offsets[-1])], stream)  # one transfer for the whole task
+        packed = device.to_device(staging[:total], stream)  # one transfer for the whole task
         pool.release(staging, device.record(stream))  # reusable once that transfer has run
-    inputs = [packed[int(a):int(b)] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    with device.range("zarrmax::decode"):
-        decoded = device.decode_zstd(inputs, stream)
+    targets = [out[(*w.piece.out_region, Ellipsis)] for w in present]
     shape, nbytes = plan.codec.chunk_shape, plan.codec.nbytes
-    for i, w in enumerate(present):
-        piece = w.piece
-        target = out[(*piece.out_region, Ellipsis)]
+    # Chunks that are whole and contiguous in the output decode straight into it; any other batch decodes
+    # into temporaries that are then copied into place on the device.
+    direct = all(w.piece.covers_chunk and t.shape == shape and t.flags.c_contiguous
+                 for w, t in zip(present, targets, strict=True))
+    with device.range("zarrmax::decode"):
+        if direct:
+            device.decode_zstd(packed, offsets, sizes, stream,
+                               out=[t.reshape(-1).view(np.uint8) for t in targets])
+            return
+        decoded = device.decode_zstd(packed, offsets, sizes, stream)
+    for i, (w, target) in enumerate(zip(present, targets, strict=True)):
 
-        def chunk(i: int = i, region: tuple[slice, ...] = piece.chunk_region, where: str = w.where) -> Any:
+        def chunk(i: int = i, region: tuple[slice, ...] = w.piece.chunk_region, where: str = w.where) -> Any:
             raw = decoded[i]
             if raw.size != nbytes:
-                from .errors import CorruptDataError
-
                 raise CorruptDataError(f"{where}: decoded {raw.size} bytes, expected {nbytes}")
             return raw.view(plan.dtype).reshape(shape)[region]
 
@@ -99,8 +110,11 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
 
 
 def _frame(codec: ChunkCodec, work: Work) -> memoryview:
-    """The zstd frame of one chunk, its crc32c (if any) checked on the host first."""
+    """The zstd frame of one chunk, its crc32c (if any) and declared size checked on the host first."""
     data = memoryview(work.raw).cast("B")
     if codec.bytes_codecs[-1] == "crc32c":
         data = check_crc32c(data, work.where)
+    declared = zstd_content_size(data)
+    if declared is not None and declared != codec.nbytes:
+        raise CorruptDataError(f"{work.where}: zstd frame holds {declared} bytes, expected {codec.nbytes}")
     return data

@@ -45,8 +45,13 @@ class Device:
         """Start copying ``host`` to a new device array on ``stream``; ``host`` must stay intact until then."""
         raise NotImplementedError
 
-    def decode_zstd(self, inputs: Sequence[Any], stream: Any) -> list[Any]:
-        """Start decoding a batch of zstd frames (device uint8 arrays); returns device uint8 arrays."""
+    def decode_zstd(self, packed: Any, offsets: Sequence[int], sizes: Sequence[int], stream: Any,
+                    out: Sequence[Any] | None = None) -> list[Any]:
+        """Start one batched decode of the zstd frames ``packed[offsets[i]:offsets[i] + sizes[i]]``.
+
+        With ``out`` (flat uint8 device views, one per frame, exactly the decoded size) the frames decode
+        straight into them; otherwise into new device arrays, which are returned.
+        """
         raise NotImplementedError
 
     def assign(self, target: Any, source: Callable[[], Any], stream: Any) -> None:
@@ -167,17 +172,21 @@ class HostDevice(Device):
         stream.submit(lambda: np.copyto(dst, host))
         return dst
 
-    def decode_zstd(self, inputs: Sequence[np.ndarray], stream: _HostStream) -> list[np.ndarray]:
+    def decode_zstd(self, packed: np.ndarray, offsets: Sequence[int], sizes: Sequence[int], stream: _HostStream,
+                    out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         import numcodecs
 
         codec = numcodecs.Zstd()
         # Filled when the queued work runs: readers index it from inside later stream work.
-        outputs: list[np.ndarray] = [np.empty(0, np.uint8)] * len(inputs)
+        outputs: list[np.ndarray] = list(out) if out is not None else [np.empty(0, np.uint8)] * len(sizes)
 
         def run() -> None:
-            for i, frame in enumerate(inputs):
+            for i, (a, n) in enumerate(zip(offsets, sizes, strict=True)):
                 try:
-                    outputs[i] = np.frombuffer(codec.decode(frame), dtype=np.uint8)
+                    if out is not None:
+                        codec.decode(packed[a:a + n], out=out[i])
+                    else:
+                        outputs[i] = np.frombuffer(codec.decode(packed[a:a + n]), dtype=np.uint8)
                 except Exception as err:
                     raise CorruptDataError(f"zstd frame {i} of a batch could not be decoded: {err}") from None
 

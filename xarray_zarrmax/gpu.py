@@ -82,11 +82,19 @@ class CudaDevice(Device):
         dst.set(host, stream=stream)  # asynchronous: host is pinned
         return dst
 
-    def decode_zstd(self, inputs: Sequence[Any], stream: Any) -> list[Any]:
-        if not inputs:
+    def decode_zstd(self, packed: Any, offsets: Sequence[int], sizes: Sequence[int], stream: Any,
+                    out: Sequence[Any] | None = None) -> list[Any]:
+        if not sizes:
             return []
-        outputs = self._codec(stream).decode(self.nvcomp.as_arrays(list(inputs)))
-        return [self.cp.asarray(o).view(self.cp.uint8).reshape(-1) for o in outputs]
+        nvcomp = self.nvcomp
+        # One device buffer carved by an offset table: no per-chunk Python objects for the inputs.
+        srcs = nvcomp.as_arrays(packed, list(offsets), list(sizes), cuda_stream=stream.ptr)
+        codec = self._codec(stream)
+        if out is not None:
+            codec.decode(srcs, out=nvcomp.as_arrays(list(out), cuda_stream=stream.ptr))
+            return list(out)
+        decoded = codec.decode(srcs)
+        return [self.cp.asarray(a).view(self.cp.uint8).reshape(-1) for a in decoded]
 
     def assign(self, target: Any, source: Callable[[], Any], stream: Any) -> None:
         with stream:
