@@ -110,6 +110,7 @@ def ceiling_s3(store: Any, concurrency: int) -> int:
 
 
 def read_engine(target: Any, engine: str, workers: int, *, use_dask: bool = True, **kw: Any) -> int:
+    """Open ``target`` with ``engine`` and load the variable "v" fully; returns the bytes loaded."""
     import dask
     import xarray as xr
 
@@ -117,6 +118,39 @@ def read_engine(target: Any, engine: str, workers: int, *, use_dask: bool = True
     ds = xr.open_dataset(target, engine=engine, chunks={} if use_dask else None, **extra, **kw)
     with dask.config.set(scheduler="threads", num_workers=workers):
         return ds["v"].values.nbytes
+
+
+# VmHWM (peak resident set of this process's address space) starts afresh at exec, unlike ru_maxrss, which a
+# child inherits from its parent at fork.
+_PEAK_SCRIPT = """
+import sys, json, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {here!r})
+import numpy, xarray, zarr, dask, obstore, xarray_zarrmax.backend
+from throughput import read_engine
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+
+before = status("VmRSS")
+target, engine, kw = json.loads(sys.argv[1])
+read_engine(target, engine, 16, use_dask=kw.pop("use_dask"), **kw)
+print(json.dumps({{"before": before, "peak": status("VmHWM")}}))
+"""
+
+
+def peak_memory(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) -> int:
+    """Peak resident memory (bytes) of a fresh process that opens and reads the array once, minus its
+    resident memory before the read (interpreter and imports)."""
+    import subprocess
+
+    script = _PEAK_SCRIPT.format(here=str(Path(__file__).parent))
+    args = json.dumps([target, engine, {**kw, "use_dask": use_dask}])
+    out = subprocess.run([sys.executable, "-c", script, args], capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    return int(result["peak"] - result["before"])
 
 
 def timed(fn: Any, repeat: int) -> float:
@@ -141,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16, help="dask threads, both engines")
     parser.add_argument("--stores", default="local,minio")
     parser.add_argument("--layouts", default="", help="comma-separated indexes into the layout list")
+    parser.add_argument("--peakmem", action="store_true", help="also measure peak memory (local store only)")
     parser.add_argument("--json")
     parser.add_argument("--plot")
     args = parser.parse_args(argv)
@@ -187,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"layout": layout.name, "store": store_kind, "nbytes": layout.nbytes, "stored": stored,
                        "ceiling_s": t_ceiling, "zarr_s": t_zarr, "zarrmax_s": t_max,
                        "zarr_nodask_s": t_zarr_nd, "zarrmax_nodask_s": t_max_nd}
+                if args.peakmem and store_kind == "local":
+                    for engine in ("zarr", "zarrmax"):
+                        for use_dask in (True, False):
+                            key_name = f"peak_{engine}_{'dask' if use_dask else 'nodask'}"
+                            row[key_name] = peak_memory(target, engine, use_dask, {})
+                    print("peak memory / output size:", {k: round(v / layout.nbytes, 2) for k, v in row.items()
+                                                         if k.startswith("peak_")}, flush=True)
                 rows.append(row)
                 print(_format_row(row), flush=True)
                 if store_kind == "local":
@@ -198,6 +240,15 @@ def main(argv: list[str] | None = None) -> int:
             minio.close()
     print()
     print(table(rows, args))
+    peaks = [r for r in rows if "peak_zarrmax_dask" in r]
+    if peaks:
+        print("\nPeak resident memory of one full read in a fresh process, as a multiple of the output size "
+              "(local store):\n")
+        print("| layout | zarr, dask | zarrmax, dask | zarr, no dask | zarrmax, no dask |\n|---|---|---|---|---|")
+        for r in peaks:
+            cells = " | ".join(f"{r[k] / r['nbytes']:.2f}" for k in ("peak_zarr_dask", "peak_zarrmax_dask",
+                                                                       "peak_zarr_nodask", "peak_zarrmax_nodask"))
+            print(f"| {r['layout']} | {cells} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
