@@ -10,10 +10,8 @@ and decode on the workers, not shipping the array to the client. Prints medians 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from benchutil import median_time  # noqa: E402
 from throughput import layouts, write  # noqa: E402
 
 
@@ -32,13 +31,7 @@ def run(target: Any, kw: dict[str, Any]) -> float:
 
 
 def timed(fn: Any, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_time(fn, repeat)
 
 
 def main(argv: list[str] | None = None) -> int:

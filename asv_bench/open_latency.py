@@ -15,24 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 warnings.filterwarnings("ignore")
+sys.path.insert(0, str(Path(__file__).parent))
+from benchutil import median_time  # noqa: E402
 
 
 def _median_time(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up: imports, first connection
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_time(fn, repeat)
 
 
 def floor_unconsolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
@@ -78,8 +73,13 @@ def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidat
 def main(argv: list[str] | None = None) -> int:
     import zarr
 
-    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries, \
-        write_many_variable_group
+    from xarray_zarrmax.testing import (
+        MinioServer,
+        Toxiproxy,
+        minio_binary,
+        toxiproxy_binaries,
+        write_many_variable_group,
+    )
 
     parser = argparse.ArgumentParser(description="open latency benchmark")
     parser.add_argument("--latency-ms", type=int, default=20)

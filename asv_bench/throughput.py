@@ -16,10 +16,8 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from benchutil import median_time  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -154,13 +155,7 @@ def peak_memory(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) ->
 
 
 def timed(fn: Any, repeat: int) -> float:
-    fn()  # warm-up: first-touch page faults of fresh allocations, connections, imports
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_time(fn, repeat)
 
 
 def main(argv: list[str] | None = None) -> int:

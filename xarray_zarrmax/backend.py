@@ -22,11 +22,11 @@ from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
 from ._loop import run_sync
+from .config import get_config
 from .decode import Unsupported, output_dtype
 from .errors import MetadataError
 from .fetch import read_box, read_box_async
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .config import get_config
 from .layout import apply_outer, grid_shape, normalize_selection
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .decode import ChunkCodec, check_crc32c, zstd_content_size
-from .errors import CorruptDataError
 from .devices import Device, PinnedPool
+from .errors import CorruptDataError
 from .fetch import Work, fetch_work, read_box
 from .layout import Box, Touched, box_shape
 from .plan import ArrayPlan

@@ -88,7 +88,8 @@ def apply_outer(region: np.ndarray, post: tuple[Any, ...]) -> np.ndarray:
             result = result[(slice(None),) * axis + (p,)]
         else:
             result = result[(slice(None),) * axis + (slice(p, p + 1),)]
-    return result.reshape(tuple(n for n, p in zip(result.shape, post, strict=True) if not isinstance(p, int | np.integer)))
+    kept = tuple(n for n, p in zip(result.shape, post, strict=True) if not isinstance(p, int | np.integer))
+    return result.reshape(kept)
 
 
 def box_shape(box: Box) -> tuple[int, ...]:

@@ -14,8 +14,8 @@ import os
 import pickle
 import random
 import threading
-from datetime import timedelta
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -81,6 +81,18 @@ def check_size(source: ByteSource, key: str, size: int, max_size: int) -> None:
         )
 
 
+def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
+    """Fill ``buf`` from ``offset`` (reads may come back short); returns the bytes read, fewer only at EOF."""
+    view = memoryview(buf).cast("B")
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
 # -- local files ---------------------------------------------------------------------------------------
 
 
@@ -100,38 +112,36 @@ class LocalSource(ByteSource):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def read(self, key: str, max_size: int | None = None) -> np.ndarray | None:
+    def _open(self, key: str) -> int | None:
         try:
-            fd = os.open(self._path(key), os.O_RDONLY)
+            return os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def read(self, key: str, max_size: int | None = None) -> np.ndarray | None:
+        fd = self._open(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
             if max_size is not None:
                 check_size(self, key, size, max_size)
             out = np.empty(size, dtype=np.uint8)
-            view = memoryview(out)
-            done = 0
-            while done < size:
-                n = os.preadv(fd, [view[done:]], done)
-                if n == 0:
-                    break
-                done += n
+            done = _pread_into(fd, out, 0)
         finally:
             os.close(fd)
         accounting.record(self.label, "get", key, done)
         return out[:done]
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[np.ndarray] | None:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
+        fd = self._open(key)
+        if fd is None:
             return None
         out = []
         try:
             for start, stop in ranges:
                 buf = np.empty(max(stop - start, 0), dtype=np.uint8)
-                n = os.preadv(fd, [memoryview(buf)], start) if len(buf) else 0
+                n = _pread_into(fd, buf, start)
                 accounting.record(self.label, "get", key, n)
                 out.append(buf[:n])
         finally:
@@ -139,15 +149,14 @@ class LocalSource(ByteSource):
         return out
 
     def read_suffix(self, key: str, nbytes: int) -> tuple[np.ndarray, int] | None:
-        try:
-            fd = os.open(self._path(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
+        fd = self._open(key)
+        if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
             start = max(size - nbytes, 0)
             buf = np.empty(size - start, dtype=np.uint8)
-            n = os.preadv(fd, [memoryview(buf)], start) if len(buf) else 0
+            n = _pread_into(fd, buf, start)
         finally:
             os.close(fd)
         accounting.record(self.label, "get", key, n)
