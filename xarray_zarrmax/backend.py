@@ -130,7 +130,7 @@ class ZarrmaxStore(AbstractDataStore):
         self.dropped = set(dropped)
         self.use_zarr_fill_value_as_mask = use_zarr_fill_value_as_mask
         self.group = GroupNode("", 3, {}, {})
-        self._wrappers: dict[str, BackendArray] = {}
+        self._wrappers: dict[str, ZarrmaxArray | FallbackArray] = {}
         self._preloaded: dict[str, np.ndarray] = {}
 
     @classmethod
@@ -185,7 +185,7 @@ class ZarrmaxStore(AbstractDataStore):
             outer, inner, sharded = wrapper.plan.outer_chunks, wrapper.plan.inner_chunks, wrapper.plan.shard is not None
         else:
             outer, inner, sharded = _grid_of(meta)
-        objects = math.prod(grid_shape(wrapper.shape, outer))
+        objects = math.prod(int(n) for n in grid_shape(wrapper.shape, outer))
         if objects > get_config().max_objects:
             raise MetadataError(
                 f"array {node.name!r} of {self.source.label} declares {objects} stored objects (shape "
@@ -214,10 +214,10 @@ class ZarrmaxStore(AbstractDataStore):
             data = indexing.LazilyIndexedArray(wrapper)
         return Variable(dims, data, attrs, encoding)
 
-    def wrapper(self, node: ArrayNode, *, on_host: bool = False) -> BackendArray:
+    def wrapper(self, node: ArrayNode, *, on_host: bool = False) -> ZarrmaxArray | FallbackArray:
         """The lazy array for a node: the fast path where its metadata allows, else zarr-python."""
         device = None if on_host else self.device
-        found = self._wrappers.get(node.name) if not on_host else None
+        found: ZarrmaxArray | FallbackArray | None = self._wrappers.get(node.name) if not on_host else None
         if found is None:
             try:
                 plan = plan_array(node.name, node.path, node.metadata)
@@ -274,7 +274,7 @@ class ZarrmaxStore(AbstractDataStore):
 class _DaskSource:
     """NumPy-style slicing over a lazy array, for dask.array.from_array with a device meta."""
 
-    def __init__(self, wrapper: BackendArray) -> None:
+    def __init__(self, wrapper: ZarrmaxArray | FallbackArray) -> None:
         self.wrapper = wrapper
         self.shape = wrapper.shape
         self.dtype = wrapper.dtype
@@ -286,7 +286,7 @@ class _DaskSource:
         return self.wrapper[indexing.BasicIndexer(key)]
 
 
-def _device_dask_array(wrapper: BackendArray, chunks: tuple[int, ...], name: str) -> Any:
+def _device_dask_array(wrapper: ZarrmaxArray | FallbackArray, chunks: tuple[int, ...], name: str) -> Any:
     """A dask array whose blocks (one per shard) and meta live on the CUDA device.
 
     Built here because xarray gives lazily indexed backend arrays a NumPy meta when it chunks them.

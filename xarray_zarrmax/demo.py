@@ -12,6 +12,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +45,9 @@ def timed_read(path: Path, engine: str) -> tuple[float, dict[str, np.ndarray]]:
     import xarray as xr
 
     start = time.perf_counter()
-    kwargs = {"consolidated": False} if engine == "zarr" else {}
+    kwargs: dict[str, Any] = {"consolidated": False} if engine == "zarr" else {}
     ds = xr.open_dataset(path, engine=engine, chunks={}, **kwargs)
-    values = {name: ds[name].values for name in ds.data_vars}
+    values = {str(name): ds[name].values for name in ds.data_vars}
     return time.perf_counter() - start, values
 
 

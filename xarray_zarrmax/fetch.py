@@ -136,7 +136,7 @@ def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, dat
 
 def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
     piece = work.piece
-    target = out[(*piece.out_region, Ellipsis)]  # Ellipsis keeps a view even for 0-d arrays
+    target = out[(*piece.out_region, Ellipsis)]  # type: ignore[arg-type]  # Ellipsis: a view even when 0-d
     if work.raw is None:
         target[...] = plan.fill_value
         return

@@ -73,10 +73,10 @@ class MetadataParser:
         self._templates: dict[tuple[int, str], Any] = {}
 
     def parse(self, doc: dict[str, Any], zarr_format: int) -> Any:
-        if zarr_format == 3:
-            from zarr.core.metadata.v3 import ArrayV3Metadata as cls
-        else:
-            from zarr.core.metadata.v2 import ArrayV2Metadata as cls
+        from zarr.core.metadata.v2 import ArrayV2Metadata
+        from zarr.core.metadata.v3 import ArrayV3Metadata
+
+        cls: Any = ArrayV3Metadata if zarr_format == 3 else ArrayV2Metadata
         attrs, dims = doc.get("attributes", {}), doc.get("dimension_names")
         try:
             key = (zarr_format, json.dumps({k: v for k, v in doc.items() if k not in self._PER_ARRAY}, sort_keys=True))

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import numpy as np
@@ -390,7 +390,8 @@ def _obstore_label(store: Any) -> str:
 def _redact_url(url: str) -> str:
     parsed = urlparse(url)
     if parsed.password or parsed.username:
-        return parsed._replace(netloc=parsed.hostname + (f":{parsed.port}" if parsed.port else "")).geturl()
+        host = parsed.hostname or ""
+        return parsed._replace(netloc=host + (f":{parsed.port}" if parsed.port else "")).geturl()
     return url
 
 
@@ -489,8 +490,8 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     try:
         client_options.setdefault("connect_timeout", "5s")
         client_options.setdefault("timeout", "60s")
-        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, client_options=client_options,
-                        retry_config=retry_config, **options)
+        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None,
+                        client_options=cast(Any, client_options), retry_config=cast(Any, retry_config), **options)
     except Exception as err:
         raise ValueError(
             f"could not configure S3 store for {url!r}: {type(err).__name__}: {_first_line(err)}"

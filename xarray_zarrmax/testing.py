@@ -57,7 +57,7 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Pat
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}: {log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=1) as r:
                 if r.status == 200:
@@ -187,7 +187,7 @@ def write_many_variable_group(store: Any, n_vars: int = 273, *, consolidated: bo
 
     nt, ny, nx = shape
     group = zarr.open_group(store, mode="w", zarr_format=3, attributes={"title": "ERA5-like", "Conventions": "CF-1.8"})
-    coords = {
+    coords: dict[str, tuple[Any, dict[str, Any]]] = {
         "time": (np.arange(nt, dtype="i8"), {"units": "hours since 2020-01-01", "calendar": "proleptic_gregorian"}),
         "latitude": (np.linspace(90, -90, ny), {"units": "degrees_north"}),
         "longitude": (np.linspace(0, 360, nx, endpoint=False), {"units": "degrees_east"}),
