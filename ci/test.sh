@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh test || exit 1
 bash ci/install_services.sh || exit 1
 start=$(date +%s)
+.venv/bin/ruff check xarray_zarrmax tests asv_bench || exit 1
+.venv/bin/mypy xarray_zarrmax || exit 1
 .venv/bin/python -m pytest tests "$@"
 rc=$?
 echo "test suite took $(( $(date +%s) - start )) s"
