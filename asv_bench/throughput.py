@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                             key_name = f"peak_{engine}_{'dask' if use_dask else 'nodask'}"
                             row[key_name] = peak_memory(target, engine, use_dask, {})
                     print("peak memory / output size:", {k: round(v / layout.nbytes, 2) for k, v in row.items()
-                                                         if k.startswith("peak_")}, flush=True)
+                                                         if k.startswith("peak_")}, file=sys.stderr, flush=True)
                 rows.append(row)
-                print(_format_row(row), flush=True)
+                print(_format_row(row), file=sys.stderr, flush=True)
                 if store_kind == "local":
                     import shutil
 
