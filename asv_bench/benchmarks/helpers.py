@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,9 @@ def require_distributed() -> None:
         skip("distributed is not installed (pip install .[distributed])")
 
 
-def require_gpu() -> Any:
-    """cupy, when it imports and sees a CUDA device; skips otherwise (never fails, even when strict)."""
+def require_gpu(*, nvcomp: bool = False) -> Any:
+    """cupy, when it imports and sees a CUDA device (and ``nvcomp``: nvidia-nvcomp imports); skips otherwise
+    (never fails, even when strict)."""
     try:
         import cupy
     except Exception as e:  # ImportError, or a cupy built for another CUDA failing at import
@@ -93,6 +94,11 @@ def require_gpu() -> Any:
         skip(f"no CUDA device ({type(e).__name__}: {e})", service=False)
     if count < 1:
         skip("no CUDA device", service=False)
+    if nvcomp:
+        try:
+            from nvidia import nvcomp as _  # noqa: F401
+        except Exception as e:
+            skip(f"nvidia-nvcomp is not importable ({type(e).__name__}: {e})", service=False)
     return cupy
 
 
@@ -207,7 +213,7 @@ def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
                 self.counts["get"] += 1  # one batch per underlying request
                 yield group
 
-        async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncIterator[tuple[str, Any]]:
+        async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
             for key, prototype, byte_range in requests:  # zarr's default, through our counted get
                 yield key, await self.get(key, prototype, byte_range)
 
@@ -357,7 +363,7 @@ class ReadTarget:
     def open(self, **kwargs: Any) -> Any:
         import xarray as xr
 
-        extra = {"consolidated": False} if self.engine == "zarr" else {}
+        extra: dict[str, Any] = {"consolidated": False} if self.engine == "zarr" else {}
         return xr.open_dataset(self.target(), engine=self.engine, chunks={}, **extra, **self.kwargs, **kwargs)
 
     def read(self) -> int:

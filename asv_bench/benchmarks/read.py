@@ -12,6 +12,7 @@ higher-is-better, so ``asv continuous``/``asv compare`` show their improvements 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import helpers
@@ -44,9 +45,10 @@ class ReadThroughput:
     track_read_throughput.unit = "GB/s"  # type: ignore[attr-defined]
 
     def track_ratio_to_ceiling(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> float:
-        """Raw-ceiling time / engine time for the same stored objects (1.0: as fast as reading the bytes)."""
-        t_ceiling = helpers.median_time(self.target.ceiling)
-        t_engine = helpers.median_time(self.target.read)
+        """Raw-ceiling time / engine time for the same stored objects (1.0: as fast as reading the bytes);
+        medians after a warm-up each, the ceiling (often a few ms from the page cache) over more calls."""
+        t_ceiling = helpers.median_time(self.target.ceiling, repeat=7)
+        t_engine = helpers.median_time(self.target.read, repeat=3)
         return t_ceiling / t_engine
 
     track_ratio_to_ceiling.unit = "ratio"  # type: ignore[attr-defined]
@@ -73,7 +75,8 @@ class ReadDistributed:
             from distributed import Client, LocalCluster
 
             cluster = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, host="127.0.0.1",
-                                   dashboard_address=None, silence_logs=50)
+                                   dashboard_address=None, silence_logs=50,
+                                   local_directory=os.getcwd())  # asv's cache directory, removed after the run
             client = Client(cluster, set_as_default=False)
             self._client.append(client)
 
@@ -88,3 +91,23 @@ class ReadDistributed:
         arr = ds["v"].data
         out = client.compute(arr).result()
         assert out.nbytes == self.target.nbytes
+
+
+class ReadPeakMemory:
+    """Peak resident memory of a fresh process that reads the whole array once (local directory), minus its
+    resident memory before the read (interpreter, imports): what the read itself costs, where ``peakmem_read``
+    is the whole benchmark process. Uses ``peak_memory`` of ``asv_bench/throughput.py`` (VmHWM, Linux)."""
+
+    params = [ENGINES, LAYOUTS]
+    param_names = ["engine", "layout"]
+    timeout = 180
+    unit = "bytes"
+    setup_cache = helpers.write_read_data
+
+    def setup(self, cache: dict[str, Any], engine: str, layout: str) -> None:
+        if not hasattr(helpers.throughput(), "peak_memory") or not os.path.exists("/proc/self/status"):
+            helpers.skip("needs asv_bench/throughput.py's peak_memory and /proc (Linux)", service=False)
+        self.target = ReadTarget(cache, engine, layout, "local")
+
+    def track_read_peak_memory(self, cache: dict[str, Any], engine: str, layout: str) -> int:
+        return int(helpers.throughput().peak_memory(self.target.target(), engine, True, {}))
