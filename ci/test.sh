@@ -7,8 +7,9 @@ bash ci/install_services.sh || exit 1
 start=$(date +%s)
 .venv/bin/ruff check xarray_zarrmax tests asv_bench || exit 1
 .venv/bin/mypy xarray_zarrmax || exit 1
-.venv/bin/python -m pytest tests "$@"
-rc=$?
+log=$(mktemp)
+.venv/bin/python -m pytest tests "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
 echo "test suite took $(( $(date +%s) - start )) s"
 if [ "$rc" -eq 5 ]; then
   echo "ci/test.sh: pytest collected no tests; that is a failure" >&2
@@ -16,4 +17,8 @@ if [ "$rc" -eq 5 ]; then
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 # The benchmark suite must stay runnable: asv check plus one open and one read benchmark.
-bash ci/asv_smoke.sh
+bash ci/asv_smoke.sh || exit 1
+# pytest's counts again as the last line, after the benchmark smoke's output
+summary=$(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log" | tail -1)
+count() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' || echo 0; }
+echo "tests: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"
