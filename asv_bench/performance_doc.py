@@ -3,7 +3,8 @@
     .venv/bin/python asv_bench/performance_doc.py [--quick] [--out docs/performance.md]
 
 Runs open_latency.py, open_chunks.py, throughput.py (with the plot and peak memory), distributed_read.py,
-and gpu_pipeline.py (whose rows read "not yet measured" without a GPU). Each section carries the exact
+and gpu_pipeline.py (whose rows read "not yet measured" without a GPU), then appends the asv suite's latest
+saved results through perf_report.py. Each section carries the exact
 command that produced it, so any table can be rerun alone. Takes about 20 minutes on a 2-core machine
 (``--quick``: smaller arrays and fewer repeats, a few minutes).
 """
@@ -77,10 +78,28 @@ def main(argv: list[str] | None = None) -> int:
             continue
         parts += [table_of(output), ""]
         if "throughput.py" in script[0]:
-            parts += ["![throughput per layout](throughput.png)", ""]
+            parts += ["![throughput per layout](throughput.png)", "",
+                      "Where the time goes against the ceiling, with profiles: "
+                      "[performance-analysis.md](performance-analysis.md).", ""]
+    parts += asv_section()
     Path(args.out).write_text("\n".join(parts))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def asv_section() -> list[str]:
+    """The asv suite's latest saved results (both engines per benchmark), via perf_report.py."""
+    title = ["## Continuous benchmarks (asv results)", ""]
+    if not (ROOT / ".asv" / "results").is_dir():
+        return title + ["No asv results on this machine yet: `cd asv_bench && ../.venv/bin/asv run HEAD^!`, then "
+                        "rerun this script.", ""]
+    output, code = run(["asv_bench/perf_report.py"])
+    report = ROOT / "docs" / "performance-asv.md"
+    if code != 0 or not report.exists():
+        return title + [f"perf_report.py failed:\n\n```\n{output[-1500:]}\n```", ""]
+    body = report.read_text().split("\n", 1)[1].strip()  # without its own title
+    return title + ["`.venv/bin/python asv_bench/perf_report.py` (also written alone to "
+                    "[performance-asv.md](performance-asv.md))", "", body, ""]
 
 
 if __name__ == "__main__":

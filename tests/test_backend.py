@@ -121,6 +121,16 @@ def test_fallback_arrays_give_zarr_answers(tmp_path):
     assert kinds == {"names": "FallbackArray", "delta": "FallbackArray", "plain": "ZarrmaxArray"}
 
 
+def test_v3_strings_fall_back_with_zarr_dtype(tmp_path):
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    names = group.create_array("names", shape=(3,), chunks=(2,), dtype=str, dimension_names=["y"])
+    names[:] = ["alpha", "", "gamma"]
+    ours = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", chunks={})
+    oracle = xr.open_dataset(tmp_path / "s.zarr", engine="zarr", chunks={}, consolidated=False)
+    assert ours["names"].dtype == oracle["names"].dtype
+    xr.testing.assert_identical(ours.load(), oracle.load())
+
+
 def test_lazy_arrays_pickle_small(tmp_path):
     path = write(era5_like(), tmp_path / "era5.zarr")
     ds = xr.open_dataset(path, engine="zarrmax", chunks={})

@@ -159,3 +159,16 @@ def test_truncated_object_in_partial_read(tmp_path):
     with pytest.raises(CorruptDataError, match=r"key 'v/c/0'"):
         ds["v"][25:26].values
     assert os.path.getsize(shard_file(path)) == 20 + n
+
+
+def test_cached_index_does_not_keep_the_shard_alive(tmp_path):
+    """The parsed index is a copy: a view would pin every shard object read for as long as it is cached."""
+    from xarray_zarrmax.shard import split_index
+
+    fmt = ShardFormat(chunks_per_shard=(2,), index_at_end=True, index_big_endian=False, index_crc32c=False)
+    shard = np.zeros(64 + fmt.index_nbytes, dtype=np.uint8)
+    shard[64:] = np.array([0, 32, 32, 32], dtype="<u8").view(np.uint8)
+    index, size = split_index(fmt, shard, "test")
+    assert size == len(shard)
+    assert index.tolist() == [[0, 32], [32, 32]]
+    assert not np.shares_memory(index, shard)

@@ -195,6 +195,8 @@ class ZarrmaxStore(AbstractDataStore):
             "chunks": inner,
             "preferred_chunks": dict(zip(dims, outer, strict=True)),
         }
+        if wrapper.dtype.kind == "T":  # as xarray's zarr backend: keeps NumPy's StringDType through decoding
+            encoding["dtype"] = wrapper.dtype
         encoding.update(codec_encoding(meta))
         encoding["shards"] = outer if sharded else None
         if self.mask_with_fill_value:

@@ -37,6 +37,9 @@ class Config:
         instead of the index plus ranges.
     retries
         Attempts after the first for a failed request that may succeed when repeated.
+    inflight_bytes
+        Most decoded bytes one read keeps fetched but not yet decoded (sizes estimated from the layout): what
+        a read holds beyond its output is bounded by this, not by the number of objects it reads.
     max_objects
         Most stored objects (shards, or chunks when unsharded) one array may declare; more is refused at open,
         since no scheduler can plan that many tasks.
@@ -48,10 +51,11 @@ class Config:
     coalesce_gap: int = 2**20
     full_shard_fraction: float = 0.5
     retries: int = 3
+    inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "threads", "split_size", "max_objects"):
+        for name in ("concurrency", "threads", "split_size", "max_objects", "inflight_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"config {name} must be an integer >= 1. Got {value!r} instead.")

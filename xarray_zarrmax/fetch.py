@@ -8,6 +8,7 @@ one I/O loop under one request budget; local files are read in the calling threa
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -165,11 +166,13 @@ async def _read_remote(
 ) -> None:
     """Fetch every stored object of the box and decode each as soon as it arrives.
 
-    At most ``config.concurrency`` objects are between "requested" and "decoded", which bounds the memory a
-    read holds beyond its output to about concurrency x compressed object size.
+    Objects between "requested" and "decoded" are bounded by ``config.concurrency`` and by
+    ``config.inflight_bytes`` (at the object's decoded size), so a read holds little beyond its output.
     """
     loop = asyncio.get_running_loop()
-    slots = asyncio.Semaphore(get_config().concurrency)
+    config = get_config()
+    object_nbytes = plan.codec.nbytes * (math.prod(plan.shard.chunks_per_shard) if plan.shard else 1)
+    slots = asyncio.Semaphore(max(1, min(config.concurrency, config.inflight_bytes // max(object_nbytes, 1))))
     pool = decode_pool() if decode_on_pool else None
 
     async def one(outer: Piece) -> None:

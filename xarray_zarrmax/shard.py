@@ -66,7 +66,8 @@ def parse_index(fmt: ShardFormat, raw: Any, object_size: int | None, where: str)
         except CorruptDataError as err:
             size = f"the {object_size}-byte shard object" if object_size is not None else "the shard object"
             raise CorruptDataError(f"{err}: {size} is truncated or corrupt") from None
-    index = np.frombuffer(view, dtype=">u8" if fmt.index_big_endian else "<u8").astype(np.uint64, copy=False)
+    # A copy: a view would keep the whole shard object alive for as long as the index is cached.
+    index = np.frombuffer(view, dtype=">u8" if fmt.index_big_endian else "<u8").astype(np.uint64, copy=True)
     index = index.reshape(*fmt.chunks_per_shard, 2)
     offsets, lengths = index[..., 0], index[..., 1]
     empty_off, empty_len = offsets == EMPTY, lengths == EMPTY
