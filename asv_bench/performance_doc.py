@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
          ["asv_bench/open_latency.py", *repeat]),
         ("Open cost against chunk count", ["asv_bench/open_chunks.py", *repeat]),
         ("Read throughput per layout: local disk and MinIO",
-         ["asv_bench/throughput.py", *mib, *repeat, "--peakmem", "--plot", "docs/throughput.png"]),
+         ["asv_bench/throughput.py", *mib, *repeat, "--peakmem", "--plot", "docs/throughput.png",
+          "--json", "docs/throughput.json"]),
         ("dask.distributed against the threaded scheduler", ["asv_bench/distributed_read.py", *mib, *repeat]),
         ("GPU: seed 004's workload", ["asv_bench/gpu_pipeline.py", *repeat]),
     ]

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -294,9 +295,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
             size = [r["stored"] if key == "ceiling_s" else r["nbytes"] for r in sub]
             ax.bar(x + (i - (len(stacks) - 1) / 2) * width, [s / r[key] / 1e9 for s, r in zip(size, sub, strict=True)],
                    width, label=label)
-        ax.set_xticks(x, [r["layout"].replace(", ", "\n", 1) for r in sub], fontsize=7)
+        ax.set_xticks(x, [textwrap.fill(r["layout"], 16) for r in sub], fontsize=7)
         ax.set_ylabel("GB/s")
-        ax.set_title(f"{store}: full read, dask threaded")
+        ax.set_title(f"{store}: full read")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
