@@ -11,6 +11,8 @@ import pytest
 import xarray as xr
 import zarr
 
+import xarray_zarrmax
+
 distributed = pytest.importorskip("distributed")
 
 SHAPE, CHUNKS, SHARDS = (48, 32, 40), (4, 16, 20), (12, 32, 40)  # 4 shards of 4x2x2 chunks
@@ -87,3 +89,58 @@ def test_graph_is_one_small_task_per_shard_without_secrets(s3_dataset):
     assert len(payload) < 50_000, len(payload)
     assert SECRET_KEY.encode() not in b"".join(str(k).encode() for k in graph)
     assert SECRET_KEY not in repr(graph)
+
+
+def _sum_in_child(args):
+    target, kw = args
+    ds = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)
+    with dask.config.set(scheduler="threads"):
+        return float(ds["v"].sum().compute())
+
+
+@pytest.mark.s3
+def test_spawned_workers_after_the_parent_read(s3_dataset):
+    """Reads in the parent, then in fresh worker processes (the start method dask.distributed uses)."""
+    import multiprocessing
+
+    target, kw, data = s3_dataset
+    expected = _sum_in_child((target, kw))
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = pool.map(_sum_in_child, [(target, kw)] * 2)
+    assert results == pytest.approx([expected] * 2)
+    assert expected == pytest.approx(float(data.astype("f8").sum()), rel=1e-4)
+
+
+FORK_WARNING = "ignore:This process .* is multi-threaded, use of fork:DeprecationWarning"
+
+
+@pytest.mark.s3
+@pytest.mark.filterwarnings(FORK_WARNING)
+def test_forked_child_of_an_obstore_user_fails_fast_instead_of_hanging(s3_dataset):
+    """obstore's runtime does not survive fork(): the child gets a clear error at once, never a hang."""
+    import multiprocessing
+
+    target, kw, _ = s3_dataset
+    _sum_in_child((target, kw))  # the parent has used obstore
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        result = pool.apply_async(_sum_in_child, ((target, kw),))
+        with pytest.raises(xarray_zarrmax.StoreAccessError, match="forked from one that had already used obstore"):
+            result.get(timeout=60)
+
+
+def _sum_without_dask(path):
+    # dask's threaded scheduler itself does not survive fork once used: read through our own pools only
+    return float(xr.open_dataset(path, engine="zarrmax")["v"].values.astype("f8").sum())
+
+
+@pytest.mark.filterwarnings(FORK_WARNING)
+def test_forked_child_reads_local_files(tmp_path):
+    """Our own loop, budget and decode pool are rebuilt after fork: local reads work in a forked child."""
+    import multiprocessing
+
+    data = write(str(tmp_path / "local.zarr"))
+    path = str(tmp_path / "local.zarr")
+    expected = float(data.astype("f8").sum())
+    assert _sum_without_dask(path) == pytest.approx(expected)  # the parent's pools now exist
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_sum_without_dask, (path,)).get(timeout=60) == pytest.approx(expected)

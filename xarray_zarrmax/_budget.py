@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from .config import get_config
 
-_semaphores: dict[tuple[int, int], asyncio.Semaphore] = {}
+# Keyed by the loop object itself (weakly): an id() could be reused by a later loop after fork or GC, and a
+# semaphore bound to a dead loop would fail every request.
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def request_slot() -> asyncio.Semaphore:
     """The semaphore every network request of this process acquires (per loop, per concurrency setting)."""
     loop = asyncio.get_running_loop()
-    key = (id(loop), get_config().concurrency)
-    sem = _semaphores.get(key)
+    concurrency = get_config().concurrency
+    per_loop = _semaphores.setdefault(loop, {})
+    sem = per_loop.get(concurrency)
     if sem is None:
-        sem = _semaphores[key] = asyncio.Semaphore(key[1])
+        sem = per_loop[concurrency] = asyncio.Semaphore(concurrency)
     return sem

@@ -25,8 +25,9 @@ from .plan import ArrayPlan
 from .shard import EMPTY, max_object_size, parse_index, split_index
 from .stores import ByteSource
 
-_INDEX_CACHE_SIZE = 16384
+_INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
 _index_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_index_cache_bytes = 0
 _index_lock = threading.Lock()
 
 
@@ -39,10 +40,16 @@ def _cached_index(token: str, key: str) -> np.ndarray | None:
 
 
 def _cache_index(token: str, key: str, index: np.ndarray) -> None:
+    global _index_cache_bytes
     with _index_lock:
+        previous = _index_cache.pop((token, key), None)
+        if previous is not None:
+            _index_cache_bytes -= previous.nbytes
         _index_cache[(token, key)] = index
-        while len(_index_cache) > _INDEX_CACHE_SIZE:
-            _index_cache.popitem(last=False)
+        _index_cache_bytes += index.nbytes
+        while _index_cache_bytes > _INDEX_CACHE_BYTES and len(_index_cache) > 1:
+            _, evicted = _index_cache.popitem(last=False)
+            _index_cache_bytes -= evicted.nbytes
 
 
 @dataclass(slots=True)

@@ -217,6 +217,24 @@ def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
         return found
 
 
+# obstore runs its requests on a tokio runtime, whose threads a forked child does not inherit: a request from
+# such a child would wait forever. Remember which process first used obstore, and refuse in any other.
+_obstore_pid: int | None = None
+
+
+def _check_not_forked(label: str) -> None:
+    global _obstore_pid
+    pid = os.getpid()
+    if _obstore_pid is None:
+        _obstore_pid = pid
+    elif _obstore_pid != pid:
+        raise StoreAccessError(
+            f"{label}: this process was forked from one that had already used obstore, whose runtime does not "
+            "survive fork(); a request would hang. Start workers with the 'spawn' or 'forkserver' method "
+            "(dask.distributed's default is 'spawn'), or read before the parent first touches the store."
+        )
+
+
 class ObstoreSource(ByteSource):
     """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop."""
 
@@ -237,6 +255,7 @@ class ObstoreSource(ByteSource):
         """
         import obstore.exceptions as oe
 
+        _check_not_forked(self.label)
         retries = get_config().retries
         for attempt in range(retries + 1):
             body_started = False
