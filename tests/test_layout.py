@@ -105,3 +105,17 @@ def test_zstd_declared_size_matches_what_zstd_decodes(payload, level):
     blosc = numcodecs.Blosc(cname="lz4").encode(payload) if payload else None
     if blosc is not None:
         assert declared_size("blosc", blosc) == len(payload)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=6), st.data())
+def test_segments_view_equals_the_joined_bytes(parts, data):
+    from xarray_zarrmax.stores import Segments, view
+
+    joined = b"".join(parts)
+    seg = Segments(parts)
+    assert len(seg) == len(joined)
+    a = data.draw(st.integers(0, len(joined)))
+    b = data.draw(st.integers(a, len(joined)))
+    assert bytes(view(seg, a, b)) == joined[a:b]
+    assert bytes(view(joined, a, b)) == joined[a:b]

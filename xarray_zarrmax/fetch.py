@@ -23,7 +23,7 @@ from .errors import CorruptDataError
 from .layout import Box, Piece, Touched, box_shape, coalesce, intersect, iter_pieces, shard_box
 from .plan import ArrayPlan
 from .shard import EMPTY, max_object_size, parse_index, split_index
-from .stores import ByteSource
+from .stores import ByteSource, Segments, view
 
 _INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
 _index_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
@@ -74,6 +74,8 @@ async def _fetch_outer(
     limit = max_object_size(plan.shard, plan.codec.nbytes)
     if plan.shard is None:
         raw = await source.get_large(key, limit)
+        if isinstance(raw, Segments):
+            raw = raw.view(0, len(raw))  # a chunk decodes from one contiguous buffer
         return [Work(raw, outer, _where(plan, key))]
 
     fmt = plan.shard
@@ -95,8 +97,7 @@ async def _fetch_outer(
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index, _ = split_index(fmt, shard, _where(plan, key))
         _cache_index(token, key, index)
-        data = memoryview(shard).cast("B")
-        return [_slice_chunk(plan, key, index, p, data, 0) for p in pieces]
+        return [_slice_chunk(plan, key, index, p, shard) for p in pieces]
 
     if index is None:
         if fmt.index_at_end:
@@ -134,12 +135,11 @@ async def _fetch_outer(
     return work
 
 
-def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, data: memoryview, base: int) -> Work:
-    offset, nbytes = index[piece.coords]
+def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, shard: Any) -> Work:
+    offset, length = index[piece.coords]
     if offset == EMPTY:
         return Work(None, piece, _where(plan, key, piece.coords))
-    a = int(offset) - base
-    return Work(data[a:a + int(nbytes)], piece, _where(plan, key, piece.coords))
+    return Work(view(shard, int(offset), int(offset + length)), piece, _where(plan, key, piece.coords))
 
 
 def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:

@@ -123,12 +123,13 @@ def max_object_size(fmt: ShardFormat | None, chunk_nbytes: int) -> int:
 
 
 def split_index(fmt: ShardFormat, shard: Any, where: str) -> tuple[np.ndarray, int]:
-    """Parse the index out of a whole shard object; returns the index and the object's size."""
-    data = memoryview(shard).cast("B")
-    size = len(data)
+    """Parse the index out of a whole shard object (a buffer or `Segments`); returns it and the size."""
+    from .stores import nbytes, view
+
+    size = nbytes(shard)
     if size < fmt.index_nbytes:
         raise CorruptDataError(
             f"{where}: shard object is {size} bytes, smaller than its {fmt.index_nbytes}-byte index: truncated?"
         )
     lo, hi = fmt.index_range(size)
-    return parse_index(fmt, data[lo:hi], size, where), size
+    return parse_index(fmt, view(shard, lo, hi), size, where), size

@@ -30,6 +30,52 @@ from .errors import CorruptDataError, StoreAccessError
 Buffer = Any  # anything exposing the buffer protocol: bytes, memoryview, numpy uint8, obstore Bytes
 
 
+class Segments:
+    """An object fetched as consecutive byte ranges, kept as the parts that arrived (no reassembly copy).
+
+    `view` is zero-copy when the range lies in one part (almost every chunk of a shard fetched in 16 MiB
+    ranges) and copies only a range that straddles parts.
+    """
+
+    __slots__ = ("parts", "starts", "size")
+
+    def __init__(self, parts: Sequence[Buffer]) -> None:
+        self.parts = [memoryview(p).cast("B") for p in parts]
+        self.starts = np.cumsum([0] + [len(p) for p in self.parts]).tolist()
+        self.size = int(self.starts[-1])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def view(self, start: int, stop: int) -> Buffer:
+        start, stop = max(start, 0), min(stop, self.size)
+        if stop <= start:
+            return memoryview(b"")
+        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        a = start - self.starts[i]
+        if stop <= self.starts[i + 1]:
+            return self.parts[i][a:a + stop - start]
+        out = np.empty(stop - start, dtype=np.uint8)
+        done = 0
+        while done < stop - start:
+            take = min(len(self.parts[i]) - a, stop - start - done)
+            out[done:done + take] = np.frombuffer(self.parts[i][a:a + take], dtype=np.uint8)
+            done += take
+            i, a = i + 1, 0
+        return out
+
+
+def view(buf: Buffer | Segments, start: int, stop: int) -> Buffer:
+    """Bytes [start, stop) of a fetched object, whether it arrived whole or as `Segments`."""
+    if isinstance(buf, Segments):
+        return buf.view(start, stop)
+    return memoryview(buf).cast("B")[start:stop]
+
+
+def nbytes(buf: Buffer | Segments) -> int:
+    return len(buf) if isinstance(buf, Segments) else len(memoryview(buf).cast("B"))
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}/{key}" if prefix else key
 
@@ -48,8 +94,9 @@ class ByteSource:
         """Return the bytes of each ``(start, stop)`` range, or None if the object is missing."""
         raise NotImplementedError
 
-    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
-        """A whole data object, possibly large (a shard): sources that gain from it fetch parallel ranges.
+    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | Segments | None:
+        """A whole data object, possibly large (a shard): sources that gain from it fetch parallel ranges
+        (and return `Segments`; read it with `view`).
 
         Objects larger than ``max_size`` (what the array's metadata allows) raise `CorruptDataError`.
         """
@@ -298,7 +345,7 @@ class ObstoreSource(ByteSource):
         accounting.record(self.label, "get", key, len(data))
         return data
 
-    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
+    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | Segments | None:
         """The first ``split_size`` bytes tell the object's size; the rest comes as parallel ranges.
 
         One request for objects up to ``split_size``; a 64 MB shard with the default 16 MiB is 4 requests
@@ -329,15 +376,12 @@ class ObstoreSource(ByteSource):
         rest = await self.get_ranges(key, [(a, min(a + split, size)) for a in starts])
         if rest is None:
             raise FileNotFoundError(f"{key!r} on {self.label} disappeared while it was being read")
-        out = np.empty(size, dtype=np.uint8)
-        out[: len(first)] = np.frombuffer(first, dtype=np.uint8)
         for a, part in zip(starts, rest, strict=True):
-            view = np.frombuffer(part, dtype=np.uint8)
-            if len(view) != min(split, size - a):
+            got = len(memoryview(part).cast("B"))
+            if got != min(split, size - a):
                 raise CorruptDataError(f"{key!r} on {self.label}: asked for bytes [{a}, {min(a + split, size)}), "
-                                       f"got {len(view)}: the object changed or was cut short while being read")
-            out[a:a + len(view)] = view
-        return out
+                                       f"got {got}: the object changed or was cut short while being read")
+        return Segments([first, *rest])
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
         import obstore
