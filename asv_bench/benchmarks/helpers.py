@@ -15,10 +15,8 @@ import atexit
 import contextlib
 import importlib.util
 import os
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -376,11 +374,6 @@ class ReadTarget:
 
 
 def median_time(fn: Callable[[], Any], repeat: int = 3) -> float:
-    """Median wall time of ``repeat`` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Median wall time of ``repeat`` calls after one warm-up call (asv_bench/benchutil.py's, shared with
+    the benchmark scripts)."""
+    return float(throughput().median_time(fn, repeat))
