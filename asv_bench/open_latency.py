@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="open latency benchmark")
     parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
