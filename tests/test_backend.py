@@ -173,3 +173,16 @@ def test_zarr_store_and_obstore_inputs(tmp_path):
     via_obstore = xr.open_dataset(ObLocal(path), engine="zarrmax").load()
     for ds in (via_url, via_zarr, via_obstore):
         xr.testing.assert_identical(ds, oracle)
+
+
+def test_crc32c_before_the_compressor_falls_back_and_matches_zarr(tmp_path):
+    """A valid but unusual chain (checksum of the uncompressed bytes) is read by zarr-python, not misread."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+
+    group = zarr.open_group(str(tmp_path / "c.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(5, 6), chunks=(2, 3), dtype="f4", serializer=BytesCodec(),
+                             compressors=[Crc32cCodec(), ZstdCodec()], dimension_names=["y", "x"])
+    arr[:] = np.arange(30, dtype="f4").reshape(5, 6)
+    ours = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", chunks={})
+    oracle = xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=False)
+    xr.testing.assert_identical(ours.load(), oracle.load())

@@ -150,3 +150,39 @@ def test_minio_down_fails_in_bounded_time(minio, bucket, dataset, toxiproxy, pro
     with pytest.raises(StoreAccessError, match=r"GET .*'v/c/.*' on s3://"):
         compute(ds)
     assert time.monotonic() - start < 30
+
+
+def test_only_server_status_codes_decide_retries():
+    """A number inside a key is not a status code: a 400 on key v/c/500/0 is not retried as a 500."""
+    from xarray_zarrmax.stores import _is_transient
+
+    assert not _is_transient(Exception("GET v/c/500/0: Server returned non-2xx status code: 400 Bad Request"))
+    assert _is_transient(Exception("GET v/c/400/0: Server returned non-2xx status code: 503 Slow Down"))
+    assert _is_transient(Exception("HTTP error: request or response body error"))
+    assert not _is_transient(Exception("Server returned non-2xx status code: 416 Range Not Satisfiable"))
+
+
+def test_a_failed_read_cancels_its_other_requests():
+    """gather_or_cancel: the first error reaches the caller at once and the rest stop, not run on."""
+    import asyncio
+
+    from xarray_zarrmax._loop import gather_or_cancel, run_sync
+
+    cancelled = []
+
+    async def slow():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def fail():
+        await asyncio.sleep(0.01)
+        raise ValueError("bad shard")
+
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad shard"):
+        run_sync(gather_or_cancel(slow(), fail(), slow()))
+    assert time.monotonic() - start < 2
+    assert cancelled == [True, True]

@@ -69,7 +69,24 @@ def run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
     if running is loop:
         coro.close()
         raise RuntimeError("run_sync was called from the xarray_zarrmax I/O loop itself; await the coroutine instead")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()  # an interrupted caller (Ctrl-C, a cancelled task) stops the work it started
+        raise
+
+
+async def gather_or_cancel[T](*coros: Coroutine[Any, Any, T]) -> list[T]:
+    """``asyncio.gather``, but the first failure cancels the rest instead of leaving them running."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def decode_pool() -> ThreadPoolExecutor:

@@ -201,8 +201,11 @@ def plan_v3_chunk(codecs: tuple[Any, ...], chunk_shape: tuple[int, ...], dtype: 
     big = str(getattr(endian, "value", endian)) == "big"
     stored = dtype.newbyteorder(">" if big else "<") if dtype.itemsize > 1 else dtype
     rest = tuple(_bytes_codec_name(c) for c in codecs[i + 1:])
-    if sum(1 for n in rest if n != "crc32c") > 1:
+    compressors = [k for k, n in enumerate(rest) if n != "crc32c"]
+    if len(compressors) > 1:
         raise Unsupported("more than one compressor in the chain")
+    if compressors and "crc32c" in rest[: compressors[0]]:
+        raise Unsupported("a crc32c applied before the compressor is not on the fast path")
     if order is not None and order == tuple(range(len(order))):
         order = None
     return ChunkCodec(tuple(chunk_shape), dtype, stored, order, rest)

@@ -9,6 +9,7 @@ whose codecs the device cannot decode are decoded on the CPU and copied over onc
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -24,6 +25,15 @@ from .stores import ByteSource
 
 _pools: dict[int, PinnedPool] = {}
 _pools_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _pools_lock
+    _pools_lock = threading.Lock()  # a lock held by a thread that did not survive fork would never open
+    _pools.clear()  # pinned buffers and CUDA state do not carry over to a child
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def pinned_pool(device: Device) -> PinnedPool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._loop import decode_pool, run_sync
+from ._loop import decode_pool, gather_or_cancel, run_sync
 from .config import get_config
 from .errors import CorruptDataError
 from .layout import Box, Piece, Touched, box_shape, coalesce, intersect, iter_pieces, shard_box
@@ -29,6 +30,14 @@ _INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
 _index_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 _index_cache_bytes = 0
 _index_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _index_lock
+    _index_lock = threading.Lock()  # a lock held by a thread that did not survive fork would never open
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _cached_index(token: str, key: str) -> np.ndarray | None:
@@ -191,7 +200,7 @@ async def _read_remote(
             else:
                 await asyncio.gather(*(loop.run_in_executor(pool, _place, plan, out, w) for w in work))
 
-    await asyncio.gather(*(one(o) for o in outers))
+    await gather_or_cancel(*(one(o) for o in outers))
 
 
 async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
@@ -210,7 +219,7 @@ def fetch_work(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touche
         return [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
 
     async def gather() -> list[Work]:
-        groups = await asyncio.gather(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
+        groups = await gather_or_cancel(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
         return [w for g in groups for w in g]
 
     return run_sync(gather())

@@ -13,6 +13,7 @@ import hashlib
 import os
 import pickle
 import random
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -240,18 +241,36 @@ class LocalSource(ByteSource):
 
 #: obstore errors that say the request may succeed if sent again.
 _TRANSIENT_WORDS = ("timed out", "timeout", "connection", "reset", "broken pipe", "error sending request",
-                    "incomplete", "eof", "503", "502", "500", "slow down", "unexpected end")
+                    "incomplete", "eof", "slow down", "unexpected end", "body error")
+
+
+_STATUS = re.compile(r"status code: (\d{3})")
+
+
+def _status(err: BaseException) -> int | None:
+    """The HTTP status a store's error reports (not any number that happens to be in a key)."""
+    match = _STATUS.search(str(err))
+    return int(match.group(1)) if match else None
 
 
 def _is_transient(err: BaseException) -> bool:
+    status = _status(err)
+    if status is not None:
+        return status >= 500 or status in (408, 429)  # the server answered: only these may change on retry
     text = str(err).lower()
-    if any(f"status code: {code}" in text for code in (400, 401, 403, 404, 405, 409, 412, 416)):
-        return False  # the server answered: sending the same request again gets the same answer
     return any(w in text for w in _TRANSIENT_WORDS)
 
 
 _registry_lock = threading.Lock()
 _registry: dict[bytes, ByteSource] = {}
+
+
+def _after_fork() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()  # a lock held by a thread that did not survive fork would never open
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
@@ -360,7 +379,7 @@ class ObstoreSource(ByteSource):
             accounting.record(self.label, "get", key, 0)
             return None
         except StoreAccessError as err:
-            if "416" in str(err):  # an empty object has no first byte to ask for
+            if _status(err.__cause__ or err) == 416:  # an empty object has no first byte to ask for
                 return await self.get(key)
             raise
         accounting.record(self.label, "get", key, len(first))
