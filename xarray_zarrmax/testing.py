@@ -53,17 +53,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to stop it when its parent dies, even by SIGKILL (no leaked servers)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the fixtures' own cleanup still stops the server
-
-
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -107,7 +96,7 @@ class MinioServer:
         self.proc = subprocess.Popen(
             [self.binary, "server", str(self.root / "data"), "--address", f"127.0.0.1:{self.port}",
              "--console-address", f"127.0.0.1:{free_port()}"],
-            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
         )
         _wait_http(f"{self.endpoint}/minio/health/live", 60, self.proc, log)
         return self
@@ -148,7 +137,7 @@ class Toxiproxy:
     def start(self) -> Toxiproxy:
         log = self.root / "toxiproxy.log"
         self.proc = subprocess.Popen([self.server_binary, "-host", "127.0.0.1", "-port", str(self.port)],
-                                     stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                     stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         _wait_http(f"http://127.0.0.1:{self.port}/version", 30, self.proc, log)
         return self
 
