@@ -64,10 +64,10 @@ class ChunkCodec:
             if declared is not None:
                 # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
                 flat = np.empty(self.nbytes, dtype=np.uint8)
-                _decompress(compressor, data, flat, where, self.bytes_codecs)
+                _decompress(compressor, data, flat, where)
                 data = flat
             else:
-                data = _decompress(compressor, data, None, where, self.bytes_codecs)
+                data = _decompress(compressor, data, None, where)
         flat = np.frombuffer(data, dtype=np.uint8)
         if flat.size != self.nbytes:
             raise CorruptDataError(f"{where}: decoded {flat.size} bytes, expected {self.nbytes} for chunk shape "
@@ -98,7 +98,7 @@ class ChunkCodec:
             return
         if declared != target.size:
             raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {target.size}")
-        _decompress(compressor, data, target, where, self.bytes_codecs)
+        _decompress(compressor, data, target, where)
 
 
 def zstd_content_size(data: Any) -> int | None:
@@ -153,7 +153,7 @@ def _decoder(name: str) -> Any:
     return codec
 
 
-def _decompress(name: str, data: Any, out: np.ndarray | None, where: str, chain: tuple[str, ...]) -> Any:
+def _decompress(name: str, data: Any, out: np.ndarray | None, where: str) -> Any:
     try:
         result = _decoder(name).decode(data, out=out) if out is not None else _decoder(name).decode(data)
     except Exception as err:

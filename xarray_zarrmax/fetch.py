@@ -212,11 +212,17 @@ async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: s
     return out
 
 
+def _fetch_local(plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, touched: Touched,
+                 token: str) -> list[Work]:
+    """Fetch local objects in this thread (their reads never suspend, so no event loop is involved)."""
+    return [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
+
+
 def fetch_work(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched) -> list[Work]:
     """Fetch the compressed bytes of every chunk ``box`` needs, undecoded (for device pipelines)."""
     outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
     if source.is_local:
-        return [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
+        return _fetch_local(plan, source, outers, box, touched, token)
 
     async def gather() -> list[Work]:
         groups = await gather_or_cancel(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
@@ -227,7 +233,7 @@ def fetch_work(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touche
 
 def _read_local_outer(plan: ArrayPlan, source: ByteSource, out: np.ndarray, outer: Piece, box: Box,
                       touched: Touched, token: str) -> None:
-    for w in _drive(_fetch_outer(plan, source, outer, box, touched, token)):
+    for w in _fetch_local(plan, source, [outer], box, touched, token):
         _place(plan, out, w)
 
 
@@ -250,7 +256,7 @@ def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched:
         list(decode_pool().map(lambda o: _read_local_outer(plan, source, out, o, box, touched, token), outers))
     else:
         # One object (the dask task's shard): read it here, decode its chunks in parallel.
-        work = [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
+        work = _fetch_local(plan, source, outers, box, touched, token)
         if len(work) > 1 and parallel:
             list(decode_pool().map(lambda w: _place(plan, out, w), work))  # list() re-raises the first error
         else:
