@@ -6,8 +6,11 @@ In one run, for an unconsolidated and a consolidated copy of the group:
 - floor: one LIST plus concurrent GETs of every zarr.json with obstore (unconsolidated), or one GET of the
   root zarr.json (consolidated) -- nothing else;
 - engine="zarr" at zarr's default async.concurrency and at 100;
-- engine="zarrmax".
-Prints a markdown table of medians (seconds) and ratios; starts MinIO and toxiproxy itself on loopback.
+- engine="zarrmax";
+all with ``chunks={}``. Then engine="zarr" (concurrency 100) and engine="zarrmax" again with ``chunks=None``:
+the difference is what xarray and dask spend building one dask array per variable after the backend has
+returned, the same code for every engine.
+Prints markdown tables of medians (seconds) and ratios; starts MinIO and toxiproxy itself on loopback.
 """
 
 from __future__ import annotations
@@ -53,20 +56,21 @@ def floor_consolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> N
 
 
 def open_zarr(minio: Any, bucket: str, prefix: str, endpoint: str, concurrency: int | None,
-              consolidated: bool) -> None:
+              consolidated: bool, chunks: dict[str, Any] | None = None) -> None:
     import xarray as xr
     import zarr
 
     store = zarr.storage.ObjectStore(minio.obstore(bucket, prefix, endpoint), read_only=True)
     config = {"async.concurrency": concurrency} if concurrency else {}
     with zarr.config.set(config):
-        xr.open_dataset(store, engine="zarr", chunks={}, consolidated=consolidated)
+        xr.open_dataset(store, engine="zarr", chunks=chunks, consolidated=consolidated)
 
 
-def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidated: bool) -> None:
+def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidated: bool,
+                 chunks: dict[str, Any] | None = None) -> None:
     import xarray as xr
 
-    xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", chunks={},
+    xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", chunks=chunks,
                     storage_options=minio.storage_options(endpoint), consolidated=consolidated)
 
 
@@ -108,11 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             t = {
                 "floor": _median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
                 f"zarr (concurrency {default_concurrency})": _median_time(
-                    lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated), args.repeat),
+                    lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated, {}), args.repeat),
                 "zarr (concurrency 100)": _median_time(
-                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated), args.repeat),
+                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, {}), args.repeat),
                 "zarrmax": _median_time(
-                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated), args.repeat),
+                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, {}), args.repeat),
+                "zarr (concurrency 100), chunks=None": _median_time(
+                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, None), args.repeat),
+                "zarrmax, chunks=None": _median_time(
+                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, None), args.repeat),
             }
             rows.append(("consolidated" if consolidated else "unconsolidated", t))
     finally:
@@ -120,14 +128,24 @@ def main(argv: list[str] | None = None) -> int:
         minio.close()
 
     print(f"\n277-array group (273 variables + 4 coordinates), MinIO behind toxiproxy +{args.latency_ms} ms, "
-          f"median of {args.repeat} opens (s)\n")
-    header = list(rows[0][1])
+          f"median of {args.repeat} opens (s), chunks={{}}\n")
+    header = [h for h in rows[0][1] if "chunks=None" not in h]
     print("| metadata | " + " | ".join(header) + " | zarrmax / floor | zarr@100 / zarrmax |")
     print("|---" * (len(header) + 3) + "|")
     for label, t in rows:
         cells = " | ".join(f"{t[h]:.3f}" for h in header)
         print(f"| {label} | {cells} | {t['zarrmax'] / t['floor']:.2f}x | "
               f"{t['zarr (concurrency 100)'] / t['zarrmax']:.2f}x |")
+    print("\nThe same opens with chunks=None (no dask), and what building the dask arrays added (chunks={} minus "
+          "chunks=None: xarray's and dask's code, after the backend returned)\n")
+    print("| metadata | floor | zarr (concurrency 100) | zarrmax | zarrmax / floor | zarr@100 / zarrmax "
+          "| dask arrays, zarr | dask arrays, zarrmax |")
+    print("|---" * 9 + "|")
+    for label, t in rows:
+        zarr_none, ours_none = t["zarr (concurrency 100), chunks=None"], t["zarrmax, chunks=None"]
+        print(f"| {label} | {t['floor']:.3f} | {zarr_none:.3f} | {ours_none:.3f} | {ours_none / t['floor']:.2f}x | "
+              f"{zarr_none / ours_none:.2f}x | {t['zarr (concurrency 100)'] - zarr_none:+.3f} | "
+              f"{t['zarrmax'] - ours_none:+.3f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"latency_ms": args.latency_ms, "repeat": args.repeat, "rows": rows}, f, indent=1)

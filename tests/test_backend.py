@@ -11,6 +11,7 @@ import xarray as xr
 import zarr
 
 from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
+from xarray_zarrmax.errors import MetadataError
 from xarray_zarrmax.stores import resolve_source
 
 
@@ -64,6 +65,43 @@ def test_dataset_identical_to_engine_zarr(tmp_path, zarr_format, consolidated):
     assert_same_dataset(ours.compute(), oracle.compute())
     assert ours.time.dtype == np.dtype("datetime64[ns]")
     assert np.isnan(ours.t2m.values[0, 0, 0])
+
+
+def same_structure_group(n: int = 6) -> xr.Dataset:
+    """Arrays with one structure (shape, dtype, chunks, codecs) but their own data, dimension names and
+    attributes: the plan worked out once for the structure must still read each array's own keys."""
+    rng = np.random.default_rng(1)
+    data = {f"v{i}": ((("t", "y") if i % 2 else ("t", "x")), rng.normal(size=(6, 5)).astype("f4"),
+                      {"long_name": f"variable {i}", "units": "K" if i % 3 else "m"}) for i in range(n)}
+    return xr.Dataset(data, coords={"t": np.arange(6), "x": np.arange(5) * 2.0, "y": np.arange(5) * 3.0})
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("consolidated", [False, True])
+def test_arrays_sharing_a_structure_read_their_own_data(tmp_path, zarr_format, consolidated):
+    ds = same_structure_group()
+    encoding = {name: {"chunks": (2, 5)} for name in ds.data_vars}
+    if zarr_format == 3:
+        encoding = {name: {"chunks": (1, 5), "shards": (2, 5)} for name in ds.data_vars}
+    path = tmp_path / "same.zarr"
+    ds.to_zarr(path, zarr_format=zarr_format, consolidated=consolidated, encoding=encoding, mode="w")
+    for chunks in ({}, None):
+        ours = xr.open_dataset(path, engine="zarrmax", chunks=chunks)
+        oracle = xr.open_dataset(path, engine="zarr", chunks=chunks, consolidated=consolidated)
+        assert_same_dataset(ours.compute(), oracle.compute())
+        for name in ds.data_vars:  # and not merely equal to each other: each is its own written data
+            np.testing.assert_array_equal(ours[name].values, ds[name].values)
+
+
+def test_missing_dimension_names_still_fail_the_open(tmp_path):
+    path = tmp_path / "nodims.zarr"
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    for name in ("a", "b", "c"):  # "b" shares the others' structure but has no dimension names
+        arr = group.create_array(name, shape=(4,), chunks=(2,), dtype="f8",
+                                 dimension_names=None if name == "b" else ["x"])
+        arr[:] = np.arange(4.0)
+    with pytest.raises(MetadataError, match="array 'b' .* needs a name for each of its 1 dimensions"):
+        xr.open_dataset(path, engine="zarrmax", consolidated=False)
 
 
 def test_dask_chunk_is_one_shard(tmp_path):

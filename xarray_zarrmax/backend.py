@@ -12,6 +12,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,8 @@ class ZarrmaxStore(AbstractDataStore):
         self.group = GroupNode("", 3, {}, {})
         self._wrappers: dict[str, ZarrmaxArray | FallbackArray] = {}
         self._preloaded: dict[str, np.ndarray] = {}
+        self._structures: dict[int, _Structure] = {}
+        self._variables: dict[str, Variable] = {}  # built while the rest of the metadata is in flight
 
     @classmethod
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
@@ -142,17 +145,18 @@ class ZarrmaxStore(AbstractDataStore):
         store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped, device=device)
         wanted = None if variables is None else set(variables)
         store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
-                                          variables=wanted, on_array=store.preload_index))
+                                          variables=wanted, on_array=store.on_array))
         if wanted is not None:
             missing = wanted - set(store.group.arrays)
             if missing:
                 raise KeyError(f"variables {sorted(missing)} not found in {source.label} (group {group or '/'!r})")
         return store
 
-    @property
-    def mask_with_fill_value(self) -> bool:
+    def mask_with_fill_value(self, node: ArrayNode) -> bool:
+        """As xarray's zarr backend: by default the fill value masks in Zarr v2 only. The array's format is
+        the group's (a v2 group holds v2 arrays) and, unlike the group's, is known while metadata arrives."""
         if self.use_zarr_fill_value_as_mask is None:
-            return self.group.zarr_format == 2
+            return node.zarr_format == 2
         return self.use_zarr_fill_value_as_mask
 
     def _dims_and_attrs(self, node: ArrayNode) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -180,15 +184,12 @@ class ZarrmaxStore(AbstractDataStore):
 
         dims, attrs = self._dims_and_attrs(node)
         meta = node.metadata
+        structure = self._structure(node)
         wrapper = self.wrapper(node)
-        if isinstance(wrapper, ZarrmaxArray):
-            outer, inner, sharded = wrapper.plan.outer_chunks, wrapper.plan.inner_chunks, wrapper.plan.shard is not None
-        else:
-            outer, inner, sharded = _grid_of(meta)
-        objects = math.prod(int(n) for n in grid_shape(wrapper.shape, outer))
-        if objects > get_config().max_objects:
+        outer, inner, sharded = structure.outer, structure.inner, structure.sharded
+        if structure.objects > get_config().max_objects:
             raise MetadataError(
-                f"array {node.name!r} of {self.source.label} declares {objects} stored objects (shape "
+                f"array {node.name!r} of {self.source.label} declares {structure.objects} stored objects (shape "
                 f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}"
             )
         encoding: dict[str, Any] = {
@@ -197,9 +198,9 @@ class ZarrmaxStore(AbstractDataStore):
         }
         if wrapper.dtype.kind == "T":  # as xarray's zarr backend: keeps NumPy's StringDType through decoding
             encoding["dtype"] = wrapper.dtype
-        encoding.update(codec_encoding(meta))
+        encoding.update(structure.codecs)
         encoding["shards"] = outer if sharded else None
-        if self.mask_with_fill_value:
+        if self.mask_with_fill_value(node):
             if meta.fill_value is not None:
                 attrs["_FillValue"] = meta.fill_value
         else:
@@ -221,13 +222,20 @@ class ZarrmaxStore(AbstractDataStore):
         device = None if on_host else self.device
         found: ZarrmaxArray | FallbackArray | None = self._wrappers.get(node.name) if not on_host else None
         if found is None:
-            try:
-                plan = plan_array(node.name, node.path, node.metadata)
-                found = ZarrmaxArray(plan, self.source, self.token, device)
-            except Unsupported as why:
-                found = FallbackArray(node, self.source, str(why), device)
+            structure = self._structure(node)
+            if structure.plan is not None:
+                found = ZarrmaxArray(structure.plan.for_array(node.name, node.path), self.source, self.token, device)
+            else:
+                found = FallbackArray(node, self.source, structure.fallback_reason, device)
             if not on_host:
                 self._wrappers[node.name] = found
+        return found
+
+    def _structure(self, node: ArrayNode) -> _Structure:
+        key = node.structure_key
+        found = self._structures.get(id(key))
+        if found is None or found.key is not key:
+            found = self._structures[id(key)] = _Structure.of(node)
         return found
 
     def is_index_coordinate(self, node: ArrayNode) -> bool:
@@ -240,10 +248,18 @@ class ZarrmaxStore(AbstractDataStore):
             return False
         return dims == (node.name,)
 
+    async def on_array(self, node: ArrayNode) -> None:
+        """Called by `load_group` as each array's metadata arrives: the variable is built (index coordinates
+        read first) while later metadata is still in flight, so little is left to do after the last response."""
+        if node.name not in self.dropped and self.is_index_coordinate(node):
+            await self.preload_index(node)
+        try:
+            self._variables[node.name] = self.open_store_variable(node)
+        except MetadataError:
+            pass  # raised again, in the same place as always, by get_variables
+
     async def preload_index(self, node: ArrayNode) -> None:
-        """Read an index coordinate as soon as its metadata is known (called by `load_group`)."""
-        if node.name in self.dropped or not self.is_index_coordinate(node):
-            return
+        """Read an index coordinate's values."""
         wrapper = self.wrapper(node, on_host=True)
         if isinstance(wrapper, ZarrmaxArray):
             box = tuple((0, s) for s in wrapper.shape)
@@ -254,7 +270,11 @@ class ZarrmaxStore(AbstractDataStore):
         self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:
-        return FrozenDict((name, self.open_store_variable(node)) for name, node in self.group.arrays.items())
+        built = self._variables
+        return FrozenDict(
+            (name, built[name] if name in built else self.open_store_variable(node))
+            for name, node in self.group.arrays.items()
+        )
 
     def get_attrs(self) -> Mapping[str, Any]:
         return {k: v for k, v in self.group.attributes.items() if not k.lower().startswith("_nc")}
@@ -313,6 +333,35 @@ def codec_encoding(meta: Any) -> dict[str, Any]:
         "filters": tuple(c for c in inner if isinstance(c, ArrayArrayCodec)),
         "serializer": next(c for c in inner if isinstance(c, ArrayBytesCodec)),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class _Structure:
+    """What follows from an array's structure alone, worked out once for all arrays that share it."""
+
+    key: Any  # the structure object (`ArrayNode.structure_key`), kept alive so its id stays unique
+    plan: ArrayPlan | None  # the fast path's plan (for a stand-in name), or None: zarr-python reads it
+    fallback_reason: str
+    outer: tuple[int, ...]
+    inner: tuple[int, ...]
+    sharded: bool
+    objects: int
+    codecs: dict[str, Any]
+
+    @classmethod
+    def of(cls, node: ArrayNode) -> _Structure:
+        meta = node.metadata
+        plan: ArrayPlan | None = None
+        reason = ""
+        try:
+            plan = plan_array(node.name, node.path, meta)
+            outer, inner, sharded = plan.outer_chunks, plan.inner_chunks, plan.shard is not None
+        except Unsupported as why:
+            reason = str(why)
+            outer, inner, sharded = _grid_of(meta)
+        shape = tuple(int(s) for s in meta.shape)
+        objects = math.prod(int(n) for n in grid_shape(shape, outer))
+        return cls(node.structure_key, plan, reason, outer, inner, sharded, objects, codec_encoding(meta))
 
 
 def _grid_of(meta: Any) -> tuple[tuple[int, ...], tuple[int, ...], bool]:

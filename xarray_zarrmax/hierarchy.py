@@ -13,7 +13,7 @@ import asyncio
 import copy
 import json
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MetadataError
@@ -30,6 +30,13 @@ class ArrayNode:
     name: str
     path: str
     metadata: Any  # zarr ArrayV3Metadata | ArrayV2Metadata
+    # Shared by arrays whose metadata differ only in attributes and dimension names (see MetadataParser), so
+    # what follows from structure alone (read plan, codecs) is worked out once per structure, not per array.
+    structure: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def structure_key(self) -> Any:
+        return self.metadata if self.structure is None else self.structure
 
     @property
     def zarr_format(self) -> int:
@@ -73,6 +80,10 @@ class MetadataParser:
         self._templates: dict[tuple[int, str], Any] = {}
 
     def parse(self, doc: dict[str, Any], zarr_format: int) -> Any:
+        return self.parse_with_structure(doc, zarr_format)[0]
+
+    def parse_with_structure(self, doc: dict[str, Any], zarr_format: int) -> tuple[Any, Any]:
+        """The parsed metadata, and the structure object it shares with same-structure arrays (else itself)."""
         from zarr.core.metadata.v2 import ArrayV2Metadata
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
@@ -81,7 +92,8 @@ class MetadataParser:
         try:
             key = (zarr_format, json.dumps({k: v for k, v in doc.items() if k not in self._PER_ARRAY}, sort_keys=True))
         except (TypeError, ValueError):
-            return cls.from_dict(dict(doc))
+            meta = cls.from_dict(dict(doc))
+            return meta, meta
         template = self._templates.get(key)
         simple = isinstance(attrs, dict) and (dims is None or (
             isinstance(dims, list) and all(isinstance(d, str | None) for d in dims)))
@@ -89,36 +101,37 @@ class MetadataParser:
             meta = cls.from_dict(dict(doc))
             if simple and meta._stored_document is None:  # a repaired document is parsed on its own
                 self._templates[key] = meta
-            return meta
+            return meta, meta
         if dims is not None and len(dims) != len(template.shape):
-            return cls.from_dict(dict(doc))
+            meta = cls.from_dict(dict(doc))
+            return meta, meta
         meta = copy.copy(template)
         object.__setattr__(meta, "attributes", dict(attrs))
         if zarr_format == 3:
             object.__setattr__(meta, "dimension_names", tuple(dims) if dims is not None else None)
-        return meta
+        return meta, template
 
 
 def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, parser: MetadataParser) -> ArrayNode:
     try:
-        meta = parser.parse(doc, 3)
+        meta, structure = parser.parse_with_structure(doc, 3)
     except Exception as err:
         raise MetadataError(
             f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
         ) from None
-    return ArrayNode(name, path, meta)
+    return ArrayNode(name, path, meta, structure)
 
 
 def _array_v2(
     name: str, path: str, zarray: dict[str, Any], zattrs: dict[str, Any], source: ByteSource, parser: MetadataParser
 ) -> ArrayNode:
     try:
-        meta = parser.parse({**zarray, "attributes": zattrs}, 2)
+        meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2)
     except Exception as err:
         raise MetadataError(
             f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
         ) from None
-    return ArrayNode(name, path, meta)
+    return ArrayNode(name, path, meta, structure)
 
 
 def _check_format(doc: dict[str, Any], expected: int, key: str, source: ByteSource) -> None:

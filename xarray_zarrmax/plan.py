@@ -48,6 +48,11 @@ class ArrayPlan:
     def inner_chunks(self) -> tuple[int, ...]:
         return self.codec.chunk_shape
 
+    def for_array(self, name: str, path: str) -> ArrayPlan:
+        """This plan for another array of the same structure (everything but the name and key prefix)."""
+        keys = KeyEncoding(path, self.keys.separator, self.keys.v2_style)
+        return ArrayPlan(name, self.shape, self.dtype, self.fill_value, self.outer_chunks, self.codec, self.shard, keys)
+
 
 def _fill(metadata: Any, dtype: np.dtype) -> Any:
     value = metadata.fill_value
