@@ -255,8 +255,8 @@ class ZarrmaxStore(AbstractDataStore):
             await self.preload_index(node)
         try:
             self._variables[node.name] = self.open_store_variable(node)
-        except MetadataError:
-            pass  # raised again, in the same place as always, by get_variables
+        except Exception:
+            pass  # not lost: get_variables builds it again and raises there, where errors have always surfaced
 
     async def preload_index(self, node: ArrayNode) -> None:
         """Read an index coordinate's values."""
