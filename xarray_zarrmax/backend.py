@@ -131,7 +131,6 @@ class ZarrmaxStore(AbstractDataStore):
         self.dropped = set(dropped)
         self.use_zarr_fill_value_as_mask = use_zarr_fill_value_as_mask
         self.group = GroupNode("", 3, {}, {})
-        self._wrappers: dict[str, ZarrmaxArray | FallbackArray] = {}
         self._preloaded: dict[str, np.ndarray] = {}
         self._structures: dict[int, _Structure] = {}
         self._variables: dict[str, Variable] = {}  # built while the rest of the metadata is in flight
@@ -220,21 +219,15 @@ class ZarrmaxStore(AbstractDataStore):
     def wrapper(self, node: ArrayNode, *, on_host: bool = False) -> ZarrmaxArray | FallbackArray:
         """The lazy array for a node: the fast path where its metadata allows, else zarr-python."""
         device = None if on_host else self.device
-        found: ZarrmaxArray | FallbackArray | None = self._wrappers.get(node.name) if not on_host else None
-        if found is None:
-            structure = self._structure(node)
-            if structure.plan is not None:
-                found = ZarrmaxArray(structure.plan.for_array(node.name, node.path), self.source, self.token, device)
-            else:
-                found = FallbackArray(node, self.source, structure.fallback_reason, device)
-            if not on_host:
-                self._wrappers[node.name] = found
-        return found
+        structure = self._structure(node)
+        if structure.plan is not None:
+            return ZarrmaxArray(structure.plan.for_array(node.name, node.path), self.source, self.token, device)
+        return FallbackArray(node, self.source, structure.fallback_reason, device)
 
     def _structure(self, node: ArrayNode) -> _Structure:
         key = node.structure_key
-        found = self._structures.get(id(key))
-        if found is None or found.key is not key:
+        found = self._structures.get(id(key))  # the entry keeps `key` alive, so its id is not reused
+        if found is None:
             found = self._structures[id(key)] = _Structure.of(node)
         return found
 
