@@ -53,21 +53,28 @@ class ChunkCodec:
                 return data, name
         return data, None
 
+    def frame(self, raw: Any, where: str) -> tuple[Any, str | None, int | None]:
+        """(compressed bytes, compressor, declared size): checksums verified, and a declared size that differs
+        from the chunk's refused before anything is decompressed."""
+        data, compressor = self._unwrap(raw, where)
+        declared = declared_size(compressor, data) if compressor is not None else None
+        if declared is not None and declared != self.nbytes:
+            raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
+                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
+        return data, compressor, declared
+
     def decode(self, raw: Any, where: str) -> np.ndarray:
         """Decode to a new array of ``chunk_shape``; ``where`` names array, key and chunk for errors."""
-        data, compressor = self._unwrap(raw, where)
-        if compressor is not None:
-            declared = declared_size(compressor, data)
-            if declared is not None and declared != self.nbytes:
-                raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
-                                       f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
-            if declared is not None:
-                # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
-                flat = np.empty(self.nbytes, dtype=np.uint8)
-                _decompress(compressor, data, flat, where)
-                data = flat
-            else:
-                data = _decompress(compressor, data, None, where)
+        return self._decode_frame(*self.frame(raw, where), where)
+
+    def _decode_frame(self, data: Any, compressor: str | None, declared: int | None, where: str) -> np.ndarray:
+        if compressor is not None and declared is not None:
+            # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
+            flat = np.empty(self.nbytes, dtype=np.uint8)
+            _decompress(compressor, data, flat, where)
+            data = flat
+        elif compressor is not None:
+            data = _decompress(compressor, data, None, where)
         flat = np.frombuffer(data, dtype=np.uint8)
         if flat.size != self.nbytes:
             raise CorruptDataError(f"{where}: decoded {flat.size} bytes, expected {self.nbytes} for chunk shape "
@@ -85,20 +92,16 @@ class ChunkCodec:
     def decode_into(self, raw: Any, out: np.ndarray, where: str) -> None:
         """Decode straight into ``out``: a C-contiguous array of exactly ``chunk_shape`` (needs `direct`)."""
         target = out.reshape(-1).view(np.uint8)
-        data, compressor = self._unwrap(raw, where)
+        data, compressor, declared = self.frame(raw, where)
         if compressor is None:
             src = np.frombuffer(data, dtype=np.uint8)
             if src.size != target.size:
                 raise CorruptDataError(f"{where}: chunk holds {src.size} bytes, expected {target.size}")
             target[...] = src
-            return
-        declared = declared_size(compressor, data)
-        if declared is None:  # the frame does not say: decode aside, where the size is checked
-            out[...] = self.decode(raw, where)
-            return
-        if declared != target.size:
-            raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {target.size}")
-        _decompress(compressor, data, target, where)
+        elif declared is None:  # the frame does not say: decode aside, where the size is checked
+            out[...] = self._decode_frame(data, compressor, declared, where)
+        else:
+            _decompress(compressor, data, target, where)
 
 
 def zstd_content_size(data: Any) -> int | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .decode import ChunkCodec, check_crc32c, zstd_content_size
+from .decode import ChunkCodec
 from .devices import Device, PinnedPool
 from .errors import CorruptDataError
 from .fetch import Work, fetch_work, read_box
@@ -119,12 +119,6 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
         device.assign(target, chunk, stream)
 
 
-def _frame(codec: ChunkCodec, work: Work) -> memoryview:
+def _frame(codec: ChunkCodec, work: Work) -> Any:
     """The zstd frame of one chunk, its crc32c (if any) and declared size checked on the host first."""
-    data = memoryview(work.raw).cast("B")
-    if codec.bytes_codecs[-1] == "crc32c":
-        data = check_crc32c(data, work.where)
-    declared = zstd_content_size(data)
-    if declared is not None and declared != codec.nbytes:
-        raise CorruptDataError(f"{work.where}: zstd frame holds {declared} bytes, expected {codec.nbytes}")
-    return data
+    return codec.frame(work.raw, work.where)[0]
