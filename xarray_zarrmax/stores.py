@@ -25,6 +25,7 @@ import numpy as np
 
 from . import accounting
 from ._budget import request_slot
+from ._loop import gather_or_cancel
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -355,9 +356,8 @@ class ObstoreSource(ByteSource):
     async def get(self, key: str) -> Buffer | None:
         import obstore
 
-        path = key
         try:
-            _, data = await self._call("GET", path, obstore.get_async, path)
+            _, data = await self._call("GET", key, obstore.get_async, key)
         except FileNotFoundError:
             accounting.record(self.label, "get", key, 0)
             return None
@@ -405,17 +405,15 @@ class ObstoreSource(ByteSource):
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
         import obstore
 
-        path = key
-
         async def one(start: int, stop: int) -> Buffer:
             if stop <= start:
                 return b""
-            data = await self._call("GET range", path, obstore.get_range_async, path, start=start, end=stop)
+            data = await self._call("GET range", key, obstore.get_range_async, key, start=start, end=stop)
             accounting.record(self.label, "get", key, len(data))
             return data
 
         try:
-            return list(await asyncio.gather(*(one(a, b) for a, b in ranges)))
+            return await gather_or_cancel(*(one(a, b) for a, b in ranges))
         except FileNotFoundError:
             accounting.record(self.label, "get", key, 0)
             return None
@@ -423,10 +421,9 @@ class ObstoreSource(ByteSource):
     async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
         import obstore
 
-        path = key
         try:
             result, data = await self._call(
-                "GET suffix", path, obstore.get_async, path, options={"range": {"suffix": nbytes}}
+                "GET suffix", key, obstore.get_async, key, options={"range": {"suffix": nbytes}}
             )
         except FileNotFoundError:
             accounting.record(self.label, "get", key, 0)
@@ -512,9 +509,7 @@ class ZarrStoreSource(ByteSource):
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
         from zarr.abc.store import RangeByteRequest
 
-        parts = await asyncio.gather(
-            *(self._get(key, RangeByteRequest(a, b)) for a, b in ranges if b > a)
-        )
+        parts = await gather_or_cancel(*(self._get(key, RangeByteRequest(a, b)) for a, b in ranges if b > a))
         if any(p is None for p in parts):
             return None
         it = iter(parts)
