@@ -53,14 +53,15 @@ def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, t
                 touched: Touched | None = None, pool: PinnedPool | None = None) -> Any:
     """Read ``box`` into a new device array (see the module docstring)."""
     touched = touched if touched is not None else (None,) * len(box)
+    pool = pool or pinned_pool(device)
     stream = device.stream()
     if not device_decodable(plan.codec):
         host = read_box(plan, source, box, token, touched)
-        staging = (pool or pinned_pool(device)).acquire(host.nbytes)
+        staging = pool.acquire(host.nbytes)
         view = staging[: host.nbytes].view(host.dtype).reshape(host.shape)
         np.copyto(view, host)
         out = device.to_device(view, stream)
-        (pool or pinned_pool(device)).release(staging, device.record(stream))
+        pool.release(staging, device.record(stream))
         device.publish(stream)
         return out
 
@@ -69,7 +70,7 @@ def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, t
         return out
     with device.range("zarrmax::read"):
         work = fetch_work(plan, source, box, token, touched)
-    _decode_on(device, plan, out, work, stream, pool or pinned_pool(device))
+    _decode_on(device, plan, out, work, stream, pool)
     device.publish(stream)
     return out
 

@@ -6,6 +6,8 @@ package installs, imports and passes its tests without a GPU.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -134,11 +136,15 @@ def cuda_device() -> CudaDevice:
 
 def nvtx_range(name: str) -> Any:
     """An NVTX range for profiles (read / transfer / decode / compute), or a no-op without nvtx."""
+    annotate = _nvtx_annotate()
+    return annotate(name) if annotate is not None else contextlib.nullcontext()
+
+
+@functools.cache
+def _nvtx_annotate() -> Any:
+    # Looked up once: a failed import is not cached by Python, and this runs several times per shard task.
     try:
         import nvtx
-
-        return nvtx.annotate(name)
     except ImportError:
-        import contextlib
-
-        return contextlib.nullcontext()
+        return None
+    return nvtx.annotate
