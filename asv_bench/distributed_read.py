@@ -30,9 +30,6 @@ def run(target: Any, kw: dict[str, Any]) -> float:
     return float(ds["v"].sum().compute())
 
 
-def timed(fn: Any, repeat: int) -> float:
-    return median_time(fn, repeat)
-
 
 def main(argv: list[str] | None = None) -> int:
     import dask
@@ -66,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
             targets.append(("minio", f"s3://{bucket}/cube.zarr", {"storage_options": minio.storage_options()}))
         for store, target, kw in targets:
             with dask.config.set(scheduler="threads"):
-                t_threads = timed(lambda: run(target, kw), args.repeat)
+                t_threads = median_time(lambda: run(target, kw), args.repeat)
             with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                           dashboard_address=None, silence_logs=40) as cluster, \
                     distributed.Client(cluster):
-                t_cluster = timed(lambda: run(target, kw), args.repeat)
+                t_cluster = median_time(lambda: run(target, kw), args.repeat)
             rows.append((store, t_threads, t_cluster))
     finally:
         if minio is not None:

@@ -20,17 +20,12 @@ import asyncio
 import json
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).parent))
 from benchutil import median_time  # noqa: E402
-
-
-def _median_time(fn: Callable[[], Any], repeat: int) -> float:
-    return median_time(fn, repeat)
 
 
 def floor_unconsolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
@@ -110,16 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
             floor_fn = floor_consolidated if consolidated else floor_unconsolidated
             t = {
-                "floor": _median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
-                f"zarr (concurrency {default_concurrency})": _median_time(
+                "floor": median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
+                f"zarr (concurrency {default_concurrency})": median_time(
                     lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated, {}), args.repeat),
-                "zarr (concurrency 100)": _median_time(
+                "zarr (concurrency 100)": median_time(
                     lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, {}), args.repeat),
-                "zarrmax": _median_time(
+                "zarrmax": median_time(
                     lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, {}), args.repeat),
-                "zarr (concurrency 100), chunks=None": _median_time(
+                "zarr (concurrency 100), chunks=None": median_time(
                     lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, None), args.repeat),
-                "zarrmax, chunks=None": _median_time(
+                "zarrmax, chunks=None": median_time(
                     lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, None), args.repeat),
             }
             rows.append(("consolidated" if consolidated else "unconsolidated", t))

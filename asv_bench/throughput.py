@@ -155,9 +155,6 @@ def peak_memory(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) ->
     return int(result["peak"] - result["before"])
 
 
-def timed(fn: Any, repeat: int) -> float:
-    return median_time(fn, repeat)
-
 
 def main(argv: list[str] | None = None) -> int:
     import zarr
@@ -208,12 +205,12 @@ def main(argv: list[str] | None = None) -> int:
                     ceiling = lambda: ceiling_s3(obs, get_config().concurrency)  # noqa: E731
                 os.sync()  # no writeback of the data just written competes with the reads
                 stored = ceiling()
-                t_ceiling = timed(ceiling, args.repeat)
-                t_zarr = timed(lambda: read_engine(zarr_target, "zarr", args.workers), args.repeat)
-                t_max = timed(lambda: read_engine(target, "zarrmax", args.workers, **kw), args.repeat)
-                t_zarr_nd = timed(lambda: read_engine(zarr_target, "zarr", args.workers, use_dask=False),
+                t_ceiling = median_time(ceiling, args.repeat)
+                t_zarr = median_time(lambda: read_engine(zarr_target, "zarr", args.workers), args.repeat)
+                t_max = median_time(lambda: read_engine(target, "zarrmax", args.workers, **kw), args.repeat)
+                t_zarr_nd = median_time(lambda: read_engine(zarr_target, "zarr", args.workers, use_dask=False),
                                   args.repeat)
-                t_max_nd = timed(lambda: read_engine(target, "zarrmax", args.workers, use_dask=False, **kw),
+                t_max_nd = median_time(lambda: read_engine(target, "zarrmax", args.workers, use_dask=False, **kw),
                                  args.repeat)
                 row = {"layout": layout.name, "store": store_kind, "nbytes": layout.nbytes, "stored": stored,
                        "ceiling_s": t_ceiling, "zarr_s": t_zarr, "zarrmax_s": t_max,

@@ -365,12 +365,8 @@ class ReadTarget:
         return xr.open_dataset(self.target(), engine=self.engine, chunks={}, **extra, **self.kwargs, **kwargs)
 
     def read(self) -> int:
-        """Open and read the whole array (``.values``) on the threaded scheduler, as throughput.py does."""
-        import dask
-
-        ds = self.open()
-        with dask.config.set(scheduler="threads", num_workers=WORKERS):
-            return int(ds["v"].values.nbytes)
+        """Open and read the whole array (``.values``) on the threaded scheduler: throughput.py's read."""
+        return int(throughput().read_engine(self.target(), self.engine, WORKERS, **self.kwargs))
 
 
 def median_time(fn: Callable[[], Any], repeat: int = 3) -> float:
