@@ -68,9 +68,6 @@ class Device:
         """Make the caller's stream wait for ``stream`` (device-side; no host sync)."""
         raise NotImplementedError
 
-    def asnumpy(self, array: Any) -> np.ndarray:
-        raise NotImplementedError
-
     def range(self, name: str) -> Any:
         """A named range for profilers (NVTX on CUDA); nothing elsewhere."""
         return contextlib.nullcontext()
@@ -211,9 +208,6 @@ class HostDevice(Device):
         """Run every queued operation (the test harness's "the consumer needs the data now")."""
         for s in self.streams:
             s.run_until(len(s.queue))
-
-    def asnumpy(self, array: Any) -> np.ndarray:
-        return np.asarray(array)
 
 
 def get_device(name: str) -> Device:

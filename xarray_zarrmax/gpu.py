@@ -114,9 +114,6 @@ class CudaDevice(Device):
     def publish(self, stream: Any) -> None:
         self.cp.cuda.get_current_stream().wait_event(self.record(stream).event)
 
-    def asnumpy(self, array: Any) -> np.ndarray:
-        return self.cp.asnumpy(array)
-
     def range(self, name: str) -> Any:
         return nvtx_range(name)
 

@@ -163,9 +163,6 @@ class Toxiproxy:
                                                        "toxicity": toxicity, "attributes": attributes})
         return name
 
-    def remove_toxic(self, proxy: str, name: str) -> None:
-        self._api("DELETE", f"/proxies/{proxy}/toxics/{name}")
-
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
