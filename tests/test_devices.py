@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from tests.strategies import array_specs, write_array
 from xarray_zarrmax import CorruptDataError
 from xarray_zarrmax.backend import ZarrmaxStore
-from xarray_zarrmax.device_read import device_decodable, read_box_on
+from xarray_zarrmax.device_read import device_decodable, read_selection_on
 from xarray_zarrmax.devices import HostDevice, PinnedPool
+from xarray_zarrmax.layout import Axis
 from xarray_zarrmax.stores import resolve_source
 
 
@@ -75,7 +76,7 @@ def _read_tasks(path, device, pool):
     plan = wrapper.plan
     assert device_decodable(plan.codec)
     n = plan.shape[0] // plan.outer_chunks[0]
-    return [read_box_on(device, plan, wrapper.source, ((i * 64, (i + 1) * 64),), store.token, pool=pool)
+    return [read_selection_on(device, plan, wrapper.source, (Axis(i * 64, (i + 1) * 64),), store.token, pool=pool)
             for i in range(n)]
 
 
@@ -116,7 +117,7 @@ def test_cpu_decoded_codecs_are_copied_once(tmp_path):
     store = ZarrmaxStore.open(resolve_source(str(tmp_path / "g.zarr")))
     wrapper = store.wrapper(store.group.arrays["v"])
     assert not device_decodable(wrapper.plan.codec)
-    out = read_box_on(device, wrapper.plan, wrapper.source, ((0, 100),), store.token, pool=PinnedPool(device))
+    out = read_selection_on(device, wrapper.plan, wrapper.source, (Axis(0, 100),), store.token, pool=PinnedPool(device))
     device.flush()
     np.testing.assert_array_equal(out, np.linspace(0, 1, 100))
 

@@ -6,7 +6,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xarray_zarrmax.layout import box_shape, coalesce, count_chunks, iter_pieces, normalize_selection
+from xarray_zarrmax.layout import (
+    Axis,
+    PointPiece,
+    apply_outer,
+    coalesce,
+    normalize_selection,
+    plan_points,
+    plan_reads,
+    selection_shape,
+    vectorized_points,
+)
 
 
 @st.composite
@@ -14,83 +24,134 @@ def shape_and_key(draw):
     shape = tuple(draw(st.lists(st.integers(1, 12), min_size=1, max_size=4)))
     key = []
     for n in shape:
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["int", "slice", "array"]))
+        if kind == "int":
             key.append(draw(st.integers(-n, n - 1)))
-        else:
+        elif kind == "slice":
             step = draw(st.sampled_from([None, 1, 2, 3, -1, -2]))
             key.append(slice(draw(st.one_of(st.none(), st.integers(-n - 2, n + 2))),
                              draw(st.one_of(st.none(), st.integers(-n - 2, n + 2))), step))
+        else:
+            key.append(np.array(draw(st.lists(st.integers(-n, n - 1), max_size=6)), dtype=np.int64))
     return shape, tuple(key)
+
+
+def numpy_outer(array, key):
+    """What an outer selection returns, by NumPy alone."""
+    per_dim = [np.arange(n)[k] if isinstance(k, slice) else np.atleast_1d(np.asarray(k) % n)
+               for k, n in zip(key, array.shape, strict=True)]
+    result = array[np.ix_(*per_dim)]
+    return result.reshape([n for n, k in zip(result.shape, key, strict=True) if not isinstance(k, int)])
+
+
+def chunk_of(array, coords, chunks):
+    return array[tuple(slice(c * k, (c + 1) * k) for c, k in zip(coords, chunks, strict=True))]
 
 
 @settings(max_examples=500, deadline=None)
 @given(shape_and_key())
-def test_box_then_post_index_equals_numpy(case):
+def test_compact_selection_then_post_index_equals_numpy(case):
     shape, key = case
     data = np.arange(int(np.prod(shape))).reshape(shape)
-    box, post, _ = normalize_selection(key, shape)
-    region = data[tuple(slice(lo, hi) for lo, hi in box)]
-    assert region.shape == box_shape(box)
-    np.testing.assert_array_equal(region[post], data[key])
+    axes, post = normalize_selection(key, shape)
+    compact = data[np.ix_(*(a.indices if a.indices is not None else np.arange(a.start, a.stop) for a in axes))]
+    assert compact.shape == selection_shape(axes)
+    np.testing.assert_array_equal(apply_outer(compact, post), numpy_outer(data, key))
+
+
+@settings(max_examples=500, deadline=None)
+@given(shape_and_key(), st.data())
+def test_pieces_fill_the_selection_exactly_once_and_touch_only_needed_chunks(case, data):
+    shape, key = case
+    inner = tuple(data.draw(st.integers(1, n)) for n in shape)
+    outer = tuple(c * data.draw(st.integers(1, 3)) for c in inner)
+    array = np.arange(int(np.prod(shape))).reshape(shape)
+    axes, post = normalize_selection(key, shape)
+    out = np.full(selection_shape(axes), -1)
+    needed = {tuple(int(i) for i in idx) for idx in np.argwhere(np.ones(selection_shape(axes), bool))}
+    touched = set()
+    for obj, pieces in plan_reads(axes, shape, outer, inner):
+        for p in pieces:
+            absolute = tuple(o * (so // si) + c for o, c, so, si in zip(obj, p.coords, outer, inner, strict=True))
+            touched.add(absolute)
+            chunk = chunk_of(array, absolute, inner)
+            assert (out[p.out_region] == -1).all()  # no element written twice
+            out[p.out_region] = chunk[p.chunk_index()]
+            assert p.covers_chunk == (chunk[p.chunk_index()].shape == chunk.shape)
+    assert (out != -1).all() or not needed
+    np.testing.assert_array_equal(apply_outer(out, post), numpy_outer(array, key))
+    # every chunk listed holds a selected element: a sparse selection reads nothing else
+    selected = [a.indices if a.indices is not None else np.arange(a.start, a.stop) for a in axes]
+    wanted = {tuple(int(x) for x in c) for c in np.argwhere(np.ones(selection_shape(axes), bool))}
+    expected_chunks = {tuple(int(selected[d][i]) // inner[d] for d, i in enumerate(c)) for c in wanted}
+    assert touched == expected_chunks
+
+
+def test_a_sparse_selection_of_a_huge_dimension_stays_small():
+    n = 2**40
+    axes, post = normalize_selection((np.array([0, n - 1, 5]),), (n,))
+    assert selection_shape(axes) == (3,)
+    reads = plan_reads(axes, (n,), (2**30,), (2**20,))
+    assert [(obj, [p.coords for p in pieces]) for obj, pieces in reads] == [((0,), [(0,)]), ((1023,), [(1023,)])]
+    np.testing.assert_array_equal(apply_outer(np.array([0, 5, n - 1]), post), [0, n - 1, 5])
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_pieces_tile_the_box_exactly_once(data):
-    ndim = data.draw(st.integers(1, 3))
-    shape = tuple(data.draw(st.integers(1, 15)) for _ in range(ndim))
-    chunks = tuple(data.draw(st.integers(1, n)) for n in shape)
-    box = tuple(tuple(sorted(data.draw(st.tuples(st.integers(0, n), st.integers(0, n))))) for n in shape)
-    box = tuple((lo, hi) for lo, hi in box)
+def test_vectorized_points_equal_xarray_semantics(data):
+    shape = tuple(data.draw(st.lists(st.integers(1, 8), min_size=1, max_size=3)))
+    npoints = data.draw(st.integers(0, 5))
+    key = []
+    for n in shape:
+        if data.draw(st.booleans()):
+            key.append(np.array(data.draw(st.lists(st.integers(-n, n - 1), min_size=npoints, max_size=npoints)),
+                                dtype=np.int64))
+        else:
+            key.append(slice(data.draw(st.integers(0, n)), None, data.draw(st.sampled_from([1, 2, -1]))))
+    if not any(isinstance(k, np.ndarray) for k in key):
+        key[0] = np.array([0] * npoints, dtype=np.int64)
     array = np.arange(int(np.prod(shape))).reshape(shape)
-    out = np.full(box_shape(box), -1)
-    pieces = list(iter_pieces(box, chunks, shape))
-    assert len(pieces) == count_chunks(box, chunks) or any(hi == lo for lo, hi in box)
-    for p in pieces:
-        origin = tuple(c * k for c, k in zip(p.coords, chunks, strict=True))
-        chunk = array[tuple(slice(o, o + k) for o, k in zip(origin, chunks, strict=True))]
-        assert (out[p.out_region] == -1).all()  # no element written twice
-        out[p.out_region] = chunk[p.chunk_region]
-        assert p.covers_chunk == (chunk[p.chunk_region].shape == chunk.shape)
-    np.testing.assert_array_equal(out, array[tuple(slice(lo, hi) for lo, hi in box)])
+    points, result_shape = vectorized_points(tuple(key), shape)
+    got = array[tuple(points.T)].reshape(result_shape)
+    from xarray.core.indexing import NumpyIndexingAdapter, VectorizedIndexer
+
+    expected = NumpyIndexingAdapter(array).vindex[VectorizedIndexer(tuple(key))]
+    np.testing.assert_array_equal(got, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_point_pieces_gather_every_point_from_its_own_chunk(data):
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.integers(1, 10)) for _ in range(ndim))
+    inner = tuple(data.draw(st.integers(1, n)) for n in shape)
+    outer = tuple(c * data.draw(st.integers(1, 3)) for c in inner)
+    n = data.draw(st.integers(0, 20))
+    points = np.array([[data.draw(st.integers(0, s - 1)) for s in shape] for _ in range(n)],
+                      dtype=np.int64).reshape(n, ndim)
+    array = np.arange(int(np.prod(shape))).reshape(shape)
+    out = np.full(n, -1)
+    seen_chunks = []
+    for obj, pieces in plan_points(points, outer, inner):
+        for p in pieces:
+            assert isinstance(p, PointPiece)
+            absolute = tuple(o * (so // si) + c for o, c, so, si in zip(obj, p.coords, outer, inner, strict=True))
+            seen_chunks.append(absolute)
+            assert (out[p.positions] == -1).all()
+            out[p.positions] = chunk_of(array, absolute, inner)[tuple(p.local.T)]
+    assert len(seen_chunks) == len(set(seen_chunks))  # each chunk read once
+    np.testing.assert_array_equal(out, array[tuple(points.T)] if n else out)
+
+
+def test_axis_of_consecutive_indices_is_a_range():
+    assert Axis.of_indices(np.array([3, 4, 5])).indices is None
+    assert Axis.of_indices(np.array([3, 5])).indices is not None
 
 
 def test_coalesce_merges_close_ranges_and_keeps_members():
     assert coalesce([(100, 110), (0, 10), (12, 20)], gap=5) == [(0, 20, [1, 2]), (100, 110, [0])]
     assert coalesce([(0, 10), (12, 20)], gap=0) == [(0, 10, [0]), (12, 20, [1])]
     assert coalesce([], gap=10) == []
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_outer_selection_with_index_arrays_equals_numpy(data):
-    from xarray_zarrmax.layout import apply_outer
-
-    shape = tuple(data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
-    key, numpy_key = [], []
-    for n in shape:
-        kind = data.draw(st.sampled_from(["int", "slice", "array"]))
-        if kind == "int":
-            i = data.draw(st.integers(-n, n - 1))
-            key.append(i)
-            numpy_key.append(np.array([i % n]))
-        elif kind == "slice":
-            s = slice(data.draw(st.integers(0, n)), None, data.draw(st.integers(1, 3)))
-            key.append(s)
-            numpy_key.append(np.arange(n)[s])
-        else:
-            a = np.array(data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=5)))
-            key.append(a)
-            numpy_key.append(a % n)
-    array = np.arange(int(np.prod(shape))).reshape(shape)
-    box, post, touched = normalize_selection(tuple(key), shape)
-    region = array[tuple(slice(lo, hi) for lo, hi in box)]
-    expected = array[np.ix_(*numpy_key)]
-    expected = expected.reshape([n for n, k in zip(expected.shape, key, strict=True) if not isinstance(k, int)])
-    np.testing.assert_array_equal(apply_outer(region, post), expected)
-    for t, k, n in zip(touched, key, shape, strict=True):
-        if isinstance(k, np.ndarray):
-            np.testing.assert_array_equal(t, np.unique(k % n))
 
 
 @settings(max_examples=200, deadline=None)

@@ -26,9 +26,9 @@ from ._loop import run_sync
 from .config import get_config
 from .decode import Unsupported, output_dtype
 from .errors import MetadataError
-from .fetch import read_box, read_box_async
+from .fetch import read_points, read_selection, read_selection_async
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .layout import apply_outer, grid_shape, normalize_selection
+from .layout import apply_outer, full_selection, grid_shape, normalize_selection, vectorized_points
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source
 
@@ -52,16 +52,34 @@ class ZarrmaxArray(BackendArray):
         self.device = device
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
+        if isinstance(key, indexing.VectorizedIndexer):
+            return self._vindex(key.tuple)
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._getitem)
 
     def _getitem(self, key: tuple[Any, ...]) -> Any:
-        box, post, touched = normalize_selection(key, self.shape)
+        axes, post = normalize_selection(key, self.shape)
         if self.device is None:
-            return apply_outer(read_box(self.plan, self.source, box, self.token, touched), post)
-        from .device_read import read_box_on
+            return apply_outer(read_selection(self.plan, self.source, axes, self.token), post)
+        from .device_read import read_selection_on
 
         device = resolve_device(self.device)
-        return apply_outer(read_box_on(device, self.plan, self.source, box, self.token, touched), post)
+        return apply_outer(read_selection_on(device, self.plan, self.source, axes, self.token), post)
+
+    def _vindex(self, key: tuple[Any, ...]) -> Any:
+        """Pointwise selection: only the chunks holding the points are read, only the result is allocated."""
+        points, shape = vectorized_points(key, self.shape)
+        values = read_points(self.plan, self.source, points, self.token).reshape(shape)
+        if self.device is None:
+            return values
+        return _to_device(resolve_device(self.device), values)
+
+
+def _to_device(device: Any, host: np.ndarray) -> Any:
+    """One copy of a host result onto the device, on the thread's stream."""
+    stream = device.stream()
+    out = device.to_device(np.ascontiguousarray(host), stream)
+    device.publish(stream)
+    return out
 
 
 DeviceSpec = Any  # None (CPU, NumPy), "cuda", or a Device instance (the NumPy stand-in in tests)
@@ -255,8 +273,7 @@ class ZarrmaxStore(AbstractDataStore):
         """Read an index coordinate's values."""
         wrapper = self.wrapper(node, on_host=True)
         if isinstance(wrapper, ZarrmaxArray):
-            box = tuple((0, s) for s in wrapper.shape)
-            values = await read_box_async(wrapper.plan, self.source, box, self.token)
+            values = await read_selection_async(wrapper.plan, self.source, full_selection(wrapper.shape), self.token)
         else:
             assert isinstance(wrapper, FallbackArray)
             values = np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))

@@ -18,8 +18,8 @@ import numpy as np
 from .decode import ChunkCodec
 from .devices import Device, PinnedPool
 from .errors import CorruptDataError
-from .fetch import Work, fetch_work, read_box
-from .layout import Box, Touched, box_shape
+from .fetch import Work, fetch_work, read_selection
+from .layout import Selection, selection_shape
 from .plan import ArrayPlan
 from .stores import ByteSource
 
@@ -49,14 +49,13 @@ def device_decodable(codec: ChunkCodec) -> bool:
     return codec.direct and codec.bytes_codecs in (("zstd",), ("zstd", "crc32c"))
 
 
-def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, token: str,
-                touched: Touched | None = None, pool: PinnedPool | None = None) -> Any:
-    """Read ``box`` into a new device array (see the module docstring)."""
-    touched = touched if touched is not None else (None,) * len(box)
+def read_selection_on(device: Device, plan: ArrayPlan, source: ByteSource, axes: Selection, token: str,
+                      pool: PinnedPool | None = None) -> Any:
+    """Read the selection into a new device array (see the module docstring and `fetch.read_selection`)."""
     pool = pool or pinned_pool(device)
     stream = device.stream()
     if not device_decodable(plan.codec):
-        host = read_box(plan, source, box, token, touched)
+        host = read_selection(plan, source, axes, token)
         staging = pool.acquire(host.nbytes)
         view = staging[: host.nbytes].view(host.dtype).reshape(host.shape)
         np.copyto(view, host)
@@ -65,11 +64,11 @@ def read_box_on(device: Device, plan: ArrayPlan, source: ByteSource, box: Box, t
         device.publish(stream)
         return out
 
-    out = device.empty(box_shape(box), plan.dtype)
+    out = device.empty(selection_shape(axes), plan.dtype)
     if out.size == 0:
         return out
     with device.range("zarrmax::read"):
-        work = fetch_work(plan, source, box, token, touched)
+        work = fetch_work(plan, source, axes, token)
     _decode_on(device, plan, out, work, stream, pool)
     device.publish(stream)
     return out
@@ -111,7 +110,7 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
         decoded = device.decode_zstd(packed, offsets, sizes, stream)
     for i, (w, target) in enumerate(zip(present, targets, strict=True)):
 
-        def chunk(i: int = i, region: tuple[slice, ...] = w.piece.chunk_region, where: str = w.where) -> Any:
+        def chunk(i: int = i, region: tuple[Any, ...] = w.piece.chunk_index(), where: str = w.where) -> Any:
             raw = decoded[i]
             if raw.size != nbytes:
                 raise CorruptDataError(f"{where}: decoded {raw.size} bytes, expected {nbytes}")

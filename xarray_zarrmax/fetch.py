@@ -1,8 +1,10 @@
-"""Read one box of an array: fetch its shards (whole, or index plus coalesced ranges), decode into the output.
+"""Read a selection of an array: fetch its stored objects (whole, or index plus coalesced ranges) and decode
+every chunk it needs into the output.
 
-A task reading a whole shard makes one GET and parses the index locally; a partial read fetches the index
-once (cached per process) and coalesces the chunk ranges it needs. Remote sources run on the process's
-one I/O loop under one request budget; local files are read in the calling thread with no event loop.
+A task reading a whole shard makes one GET and parses the index inside the bytes it fetched; a partial read
+fetches the index (cached per process, keyed by the object's version) and coalesces the chunk ranges it
+needs, conditional on that version. Remote sources run on the process's one I/O loop under one request
+budget; local files are read in the calling thread with no event loop.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,14 +22,34 @@ import numpy as np
 
 from ._loop import decode_pool, gather_or_cancel, run_sync
 from .config import get_config
-from .errors import CorruptDataError
-from .layout import Box, Piece, Touched, box_shape, coalesce, intersect, iter_pieces, shard_box
+from .errors import CorruptDataError, StoreAccessError
+from .layout import (
+    ObjectRead,
+    Piece,
+    PointPiece,
+    Selection,
+    coalesce,
+    plan_points,
+    plan_reads,
+    selection_shape,
+)
 from .plan import ArrayPlan
 from .shard import EMPTY, max_object_size, parse_index, split_index
-from .stores import ByteSource, Segments, view
+from .stores import ByteSource, Fetched, ObjectChanged, Segments, view
 
 _INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
-_index_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+#: Reads of one object after it changed under them: the first retry follows a stale cached index; more
+#: mean a writer is rewriting the object while we read it.
+_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _CachedIndex:
+    index: np.ndarray
+    version: Hashable  # the object version the index was read from: every use proves it still holds
+
+
+_index_cache: OrderedDict[tuple[str, str], _CachedIndex] = OrderedDict()
 _index_cache_bytes = 0
 _index_lock = threading.Lock()
 
@@ -40,25 +62,37 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _cached_index(token: str, key: str) -> np.ndarray | None:
+def _cached_index(token: str, key: str) -> _CachedIndex | None:
     with _index_lock:
-        index = _index_cache.get((token, key))
-        if index is not None:
+        entry = _index_cache.get((token, key))
+        if entry is not None:
             _index_cache.move_to_end((token, key))
-        return index
+        return entry
 
 
-def _cache_index(token: str, key: str, index: np.ndarray) -> None:
+def _cache_index(token: str, key: str, index: np.ndarray, fetched: Fetched) -> None:
+    """Remember an index, only when its object's version proves freshness on later reads."""
+    global _index_cache_bytes
+    if not fetched.cacheable:
+        _drop_index(token, key)
+        return
+    with _index_lock:
+        previous = _index_cache.pop((token, key), None)
+        if previous is not None:
+            _index_cache_bytes -= previous.index.nbytes
+        _index_cache[(token, key)] = _CachedIndex(index, fetched.version)
+        _index_cache_bytes += index.nbytes
+        while _index_cache_bytes > _INDEX_CACHE_BYTES and len(_index_cache) > 1:
+            _, evicted = _index_cache.popitem(last=False)
+            _index_cache_bytes -= evicted.index.nbytes
+
+
+def _drop_index(token: str, key: str) -> None:
     global _index_cache_bytes
     with _index_lock:
         previous = _index_cache.pop((token, key), None)
         if previous is not None:
-            _index_cache_bytes -= previous.nbytes
-        _index_cache[(token, key)] = index
-        _index_cache_bytes += index.nbytes
-        while _index_cache_bytes > _INDEX_CACHE_BYTES and len(_index_cache) > 1:
-            _, evicted = _index_cache.popitem(last=False)
-            _index_cache_bytes -= evicted.nbytes
+            _index_cache_bytes -= previous.index.nbytes
 
 
 @dataclass(slots=True)
@@ -66,7 +100,7 @@ class Work:
     """One inner chunk to place: its bytes (None = missing, use the fill value) and where it goes."""
 
     raw: Any
-    piece: Piece
+    piece: Any  # a `Piece`; a `PointPiece` in pointwise reads (which the device path never makes)
     where: str
 
 
@@ -75,52 +109,56 @@ def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> 
     return f"array {plan.name!r}, key {key!r}{chunk}"
 
 
-async def _fetch_outer(
-    plan: ArrayPlan, source: ByteSource, outer: Piece, box: Box, touched: Touched, token: str
+async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, token: str) -> list[Work]:
+    """Fetch what a read needs of one stored object (a shard, or an unsharded chunk), again from scratch if
+    the object changes while it is read."""
+    key = plan.keys.key(read[0])
+    for attempt in range(_ATTEMPTS):
+        try:
+            return await _fetch_object_once(plan, source, key, read[1], token)
+        except ObjectChanged:
+            _drop_index(token, key)
+            if attempt == _ATTEMPTS - 1:
+                raise StoreAccessError(
+                    f"{_where(plan, key)} on {source.label} changed {_ATTEMPTS} times while it was being read: "
+                    "a writer is rewriting it; read again once it is done"
+                ) from None
+    raise AssertionError("unreachable")
+
+
+async def _fetch_object_once(
+    plan: ArrayPlan, source: ByteSource, key: str, pieces: list[Any], token: str
 ) -> list[Work]:
-    """Fetch what ``box`` needs of one stored object (a shard, or an unsharded chunk)."""
-    key = plan.keys.key(outer.coords)
     limit = max_object_size(plan.shard, plan.codec.nbytes)
     if plan.shard is None:
-        raw = await source.get_large(key, limit)
+        got = await source.get_large(key, limit)
+        raw = None if got is None else got.data
         if isinstance(raw, Segments):
             raw = raw.view(0, len(raw))  # a chunk decodes from one contiguous buffer
-        return [Work(raw, outer, _where(plan, key))]
+        return [Work(raw, p, _where(plan, key)) for p in pieces]
 
     fmt = plan.shard
-    sbox = shard_box(outer.coords, plan.outer_chunks, plan.shape)
-    origin = tuple(lo for lo, _ in sbox)
-    pieces = list(iter_pieces(intersect(box, sbox), plan.inner_chunks, plan.shape, origin, touched))
-    # Output regions from iter_pieces are relative to the shard-clipped box; shift them into ``box``.
-    shift = tuple(max(lo, slo) - blo for (lo, _), (slo, _), (blo, _) in zip(box, sbox, box, strict=True))
-    pieces = [
-        Piece(p.coords, p.chunk_region, tuple(slice(s.start + d, s.stop + d) for s, d in zip(p.out_region, shift,
-              strict=True)), p.covers_chunk)
-        for p in pieces
-    ]
-    total = int(np.prod(fmt.chunks_per_shard))
-    index = _cached_index(token, key)
-    if index is None and len(pieces) >= get_config().full_shard_fraction * total:
+    total = math.prod(fmt.chunks_per_shard)
+    cached = _cached_index(token, key)
+    if cached is None and len(pieces) >= get_config().full_shard_fraction * total:
         shard = await source.get_large(key, limit)
         if shard is None:
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
-        index, _ = split_index(fmt, shard, _where(plan, key))
-        _cache_index(token, key, index)
-        return [_slice_chunk(plan, key, index, p, shard) for p in pieces]
+        index, _ = split_index(fmt, shard.data, _where(plan, key))  # always the index inside these bytes
+        _cache_index(token, key, index, shard)
+        return [_slice_chunk(plan, key, index, p, shard.data) for p in pieces]
 
-    if index is None:
-        if fmt.index_at_end:
-            got = await source.get_suffix(key, fmt.index_nbytes)
-            if got is None:
-                return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
-            raw_index, size = got
-        else:
-            ranges = await source.get_ranges(key, [(0, fmt.index_nbytes)])
-            if ranges is None:
-                return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
-            raw_index, size = ranges[0], None
-        index = parse_index(fmt, raw_index, size, _where(plan, key))
-        _cache_index(token, key, index)
+    if cached is not None and all(cached.index[p.coords][0] == EMPTY for p in pieces):
+        cached = None  # no range would be fetched, so nothing would prove the index current: read it again
+    if cached is not None:
+        index, version = cached.index, cached.version
+    else:
+        got = await (source.get_suffix if fmt.index_at_end else source.get_prefix)(key, fmt.index_nbytes)
+        if got is None:
+            return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
+        index = parse_index(fmt, got.data, got.size, _where(plan, key))
+        _cache_index(token, key, index, got)
+        version = got.version  # the chunk ranges must come from the object this index describes
 
     wanted = [(p, index[p.coords]) for p in pieces]
     present = [(p, int(e[0]), int(e[0] + e[1])) for p, e in wanted if e[0] != EMPTY]
@@ -128,9 +166,9 @@ async def _fetch_outer(
     if not present:
         return work
     merged = coalesce([(a, b) for _, a, b in present], get_config().coalesce_gap)
-    blobs = await source.get_ranges(key, [(a, b) for a, b, _ in merged])
+    blobs = await source.get_ranges(key, [(a, b) for a, b, _ in merged], version)
     if blobs is None:
-        raise CorruptDataError(f"{_where(plan, key)}: the shard object disappeared while it was being read")
+        raise ObjectChanged(key)  # deleted after its index was read: read it afresh (fill values)
     for (start, stop, members), blob in zip(merged, blobs, strict=True):
         data = memoryview(blob).cast("B")
         if len(data) != stop - start:
@@ -144,7 +182,7 @@ async def _fetch_outer(
     return work
 
 
-def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, shard: Any) -> Work:
+def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece | PointPiece, shard: Any) -> Work:
     offset, length = index[piece.coords]
     if offset == EMPTY:
         return Work(None, piece, _where(plan, key, piece.coords))
@@ -153,6 +191,12 @@ def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece, sha
 
 def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
     piece = work.piece
+    if isinstance(piece, PointPiece):  # ``out`` is the flat result of a pointwise read
+        if work.raw is None:
+            out[piece.positions] = plan.fill_value
+        else:
+            out[piece.positions] = plan.codec.decode(work.raw, work.where)[tuple(piece.local.T)]
+        return
     target = out[(*piece.out_region, Ellipsis)]  # type: ignore[arg-type]  # Ellipsis: a view even when 0-d
     if work.raw is None:
         target[...] = plan.fill_value
@@ -163,7 +207,7 @@ def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
         codec.decode_into(work.raw, target, work.where)
         return
     chunk = codec.decode(work.raw, work.where)
-    target[...] = chunk[piece.chunk_region]
+    target[...] = chunk[piece.chunk_index()]
 
 
 def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -177,10 +221,10 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 async def _read_remote(
-    plan: ArrayPlan, source: ByteSource, out: np.ndarray, outers: list[Piece], box: Box, touched: Touched,
-    token: str, *, decode_on_pool: bool,
+    plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list[ObjectRead], token: str, *,
+    decode_on_pool: bool,
 ) -> None:
-    """Fetch every stored object of the box and decode each as soon as it arrives.
+    """Fetch every stored object of the read and decode each as soon as it arrives.
 
     Objects between "requested" and "decoded" are bounded by ``config.concurrency`` and by
     ``config.inflight_bytes`` (at the object's decoded size), so a read holds little beyond its output.
@@ -191,75 +235,79 @@ async def _read_remote(
     slots = asyncio.Semaphore(max(1, min(config.concurrency, config.inflight_bytes // max(object_nbytes, 1))))
     pool = decode_pool() if decode_on_pool else None
 
-    async def one(outer: Piece) -> None:
+    async def one(read: ObjectRead) -> None:
         async with slots:
-            work = await _fetch_outer(plan, source, outer, box, touched, token)
+            work = await _fetch_object(plan, source, read, token)
             if pool is None:
                 for w in work:
                     _place(plan, out, w)
             else:
                 await asyncio.gather(*(loop.run_in_executor(pool, _place, plan, out, w) for w in work))
 
-    await gather_or_cancel(*(one(o) for o in outers))
+    await gather_or_cancel(*(one(r) for r in reads))
 
 
-async def read_box_async(plan: ArrayPlan, source: ByteSource, box: Box, token: str) -> np.ndarray:
-    """`read_box` for callers on the I/O loop (batches of small reads, e.g. coordinates at open)."""
-    out = np.empty(box_shape(box), dtype=plan.dtype)
-    if out.size:
-        outers = list(iter_pieces(box, plan.outer_chunks, plan.shape))
-        await _read_remote(plan, source, out, outers, box, (None,) * len(box), token, decode_on_pool=False)
-    return out
-
-
-def _fetch_local(plan: ArrayPlan, source: ByteSource, outers: list[Piece], box: Box, touched: Touched,
-                 token: str) -> list[Work]:
+def _fetch_local(plan: ArrayPlan, source: ByteSource, reads: list[ObjectRead], token: str) -> list[Work]:
     """Fetch local objects in this thread (their reads never suspend, so no event loop is involved)."""
-    return [w for o in outers for w in _drive(_fetch_outer(plan, source, o, box, touched, token))]
+    return [w for r in reads for w in _drive(_fetch_object(plan, source, r, token))]
 
 
-def fetch_work(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched) -> list[Work]:
-    """Fetch the compressed bytes of every chunk ``box`` needs, undecoded (for device pipelines)."""
-    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
-    if source.is_local:
-        return _fetch_local(plan, source, outers, box, touched, token)
-
-    async def gather() -> list[Work]:
-        groups = await gather_or_cancel(*(_fetch_outer(plan, source, o, box, touched, token) for o in outers))
-        return [w for g in groups for w in g]
-
-    return run_sync(gather())
-
-
-def _read_local_outer(plan: ArrayPlan, source: ByteSource, out: np.ndarray, outer: Piece, box: Box,
-                      touched: Touched, token: str) -> None:
-    for w in _fetch_local(plan, source, [outer], box, touched, token):
-        _place(plan, out, w)
-
-
-def read_box(plan: ArrayPlan, source: ByteSource, box: Box, token: str, touched: Touched | None = None) -> np.ndarray:
-    """Read the array region ``box`` into a new array.
-
-    With ``touched``, only chunks holding those elements are read; the rest of the output is left
-    uninitialised, for a caller that indexes only the touched elements.
-    """
-    touched = touched if touched is not None else (None,) * len(box)
-    out = np.empty(box_shape(box), dtype=plan.dtype)
-    if out.size == 0:
-        return out
-    outers = list(iter_pieces(box, plan.outer_chunks, plan.shape, None, touched))
+def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list[ObjectRead], token: str) -> None:
     parallel = get_config().threads > 1
     if not source.is_local:
-        run_sync(_read_remote(plan, source, out, outers, box, touched, token, decode_on_pool=parallel))
-    elif len(outers) > 1 and parallel:
+        run_sync(_read_remote(plan, source, out, reads, token, decode_on_pool=parallel))
+    elif len(reads) > 1 and parallel:
         # Many objects (a read without dask, or across shards): read and decode each on the pool.
-        list(decode_pool().map(lambda o: _read_local_outer(plan, source, out, o, box, touched, token), outers))
+        def read_one(read: ObjectRead) -> None:
+            for w in _fetch_local(plan, source, [read], token):
+                _place(plan, out, w)
+
+        list(decode_pool().map(read_one, reads))  # list() re-raises the first error
     else:
         # One object (the dask task's shard): read it here, decode its chunks in parallel.
-        work = _fetch_local(plan, source, outers, box, touched, token)
+        work = _fetch_local(plan, source, reads, token)
         if len(work) > 1 and parallel:
-            list(decode_pool().map(lambda w: _place(plan, out, w), work))  # list() re-raises the first error
+            list(decode_pool().map(lambda w: _place(plan, out, w), work))
         else:
             for w in work:
                 _place(plan, out, w)
+
+
+def read_selection(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str) -> np.ndarray:
+    """Read the selected elements (the outer product of ``axes``) into a new array of ``selection_shape``:
+    only the chunks holding selected elements are fetched, and nothing beyond the result is allocated."""
+    out = np.empty(selection_shape(axes), dtype=plan.dtype)
+    if out.size:
+        _read_into(plan, source, out, plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks), token)
     return out
+
+
+async def read_selection_async(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str) -> np.ndarray:
+    """`read_selection` for callers on the I/O loop (batches of small reads, e.g. coordinates at open)."""
+    out = np.empty(selection_shape(axes), dtype=plan.dtype)
+    if out.size:
+        reads = plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks)
+        await _read_remote(plan, source, out, reads, token, decode_on_pool=False)
+    return out
+
+
+def read_points(plan: ArrayPlan, source: ByteSource, points: np.ndarray, token: str) -> np.ndarray:
+    """The elements at ``points`` (``(n, ndim)``, in bounds) as a flat array: each chunk holding any of them
+    is read once; memory is the result plus the chunks being decoded."""
+    out = np.empty(points.shape[0], dtype=plan.dtype)
+    if out.size:
+        _read_into(plan, source, out, plan_points(points, plan.outer_chunks, plan.inner_chunks), token)
+    return out
+
+
+def fetch_work(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str) -> list[Work]:
+    """Fetch the compressed bytes of every chunk the selection needs, undecoded (for device pipelines)."""
+    reads = plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks)
+    if source.is_local:
+        return _fetch_local(plan, source, reads, token)
+
+    async def gather() -> list[Work]:
+        groups = await gather_or_cancel(*(_fetch_object(plan, source, r, token) for r in reads))
+        return [w for g in groups for w in g]
+
+    return run_sync(gather())

@@ -1,79 +1,136 @@
-"""Pure geometry, no I/O: selections to boxes, boxes to shards, shards to chunks and output slices."""
+"""Pure geometry, no I/O: selections to per-dimension axes, axes to stored objects, objects to chunk pieces."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-Box = tuple[tuple[int, int], ...]  # per dimension, [start, stop)
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Axis:
+    """The elements a read needs along one dimension, in increasing order: every element of [start, stop),
+    or only the sorted unique ``indices`` (which lie in [start, stop)).
+
+    A read allocates the product of its axes' sizes, never the bounding box of a sparse selection.
+    """
+
+    start: int
+    stop: int
+    indices: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.indices.size) if self.indices is not None else self.stop - self.start
+
+    @classmethod
+    def of_indices(cls, indices: np.ndarray) -> Axis:
+        """An axis over sorted unique indices (a range when they are consecutive)."""
+        if indices.size == 0:
+            return cls(0, 0)
+        lo, hi = int(indices[0]), int(indices[-1]) + 1
+        return cls(lo, hi) if hi - lo == indices.size else cls(lo, hi, indices)
+
+
+Selection = tuple[Axis, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """One chunk's part of a read: which chunk, which region inside it, where it goes in the output box."""
+    """One chunk's part of a read: which chunk, which elements inside it, where they go in the output."""
 
-    coords: tuple[int, ...]  # chunk coordinates in the grid being iterated
-    chunk_region: tuple[slice, ...]
+    coords: tuple[int, ...]  # the chunk's coordinates inside its stored object (zeros when unsharded)
+    chunk_region: tuple[slice | np.ndarray, ...]  # per dimension a slice, or sorted element indices
     out_region: tuple[slice, ...]
     covers_chunk: bool  # the region is the whole (unpadded) chunk
 
+    def chunk_index(self) -> tuple[Any, ...]:
+        """``chunk_region`` as an indexer with outer semantics for NumPy-like arrays."""
+        return outer_indexer(self.chunk_region)
 
-Touched = tuple["np.ndarray | None", ...]  # per dimension: the element indices needed, None = the whole box
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PointPiece:
+    """The points of a pointwise read that fall in one chunk: where they go in the flat output and their
+    coordinates inside the chunk."""
+
+    coords: tuple[int, ...]
+    positions: np.ndarray  # (n,) positions in the flat output
+    local: np.ndarray  # (n, ndim) coordinates inside the chunk
 
 
-def normalize_selection(key: tuple[Any, ...], shape: Sequence[int]) -> tuple[Box, tuple[Any, ...], Touched]:
-    """Split an outer selection (ints, slices, 1-D int arrays) into the box to read, the indexer to apply
-    to that box (with `apply_outer`), and per dimension the elements actually needed (None: all of them).
+ObjectRead = tuple[tuple[int, ...], list[Any]]  # a stored object's grid coordinates and its pieces
 
-    >>> normalize_selection((slice(1, 9, 3), 2), (10, 5))[:2]
-    (((1, 8), (2, 3)), (slice(0, 7, 3), 0))
+
+def outer_indexer(region: Sequence[slice | np.ndarray]) -> tuple[Any, ...]:
+    """Per-dimension slices and index arrays as one indexer that selects their outer product."""
+    arrays = sum(isinstance(r, np.ndarray) for r in region)
+    if arrays <= 1:
+        return tuple(region)  # one index array among slices already has outer semantics
+    return np.ix_(*(r if isinstance(r, np.ndarray) else np.arange(r.start, r.stop, r.step or 1) for r in region))
+
+
+def normalize_selection(key: tuple[Any, ...], shape: Sequence[int]) -> tuple[Selection, tuple[Any, ...]]:
+    """Split an outer selection (ints, slices, 1-D int arrays) into what to read (one `Axis` per dimension)
+    and the indexer that turns the compact result (shape ``selection_shape``) into the one asked for (with
+    `apply_outer`).
+
+    >>> axes, post = normalize_selection((slice(1, 9, 3), 2), (10, 5))
+    >>> [(a.start, a.stop, a.indices.tolist() if a.indices is not None else None) for a in axes], post
+    ([(1, 8, [1, 4, 7]), (2, 3, None)], (slice(None, None, None), 0))
     """
     if len(key) != len(shape):
         raise IndexError(f"expected {len(shape)} indexers for an array of shape {tuple(shape)}. Got {len(key)}.")
-    box: list[tuple[int, int]] = []
+    axes: list[Axis] = []
     post: list[Any] = []
-    touched: list[np.ndarray | None] = []
     for k, n in zip(key, shape, strict=True):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             r = range(start, stop, step)
             if len(r) == 0:
-                box.append((0, 0))
-                post.append(slice(0, 0))
-                touched.append(None)
+                axes.append(Axis(0, 0))
+                post.append(slice(None))
                 continue
             lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
-            box.append((lo, hi))
-            post.append(slice(r[0] - lo, hi - lo, step) if step > 0 else slice(r[0] - lo, None, step))
-            touched.append(None if abs(step) == 1 else np.arange(lo, hi, abs(step)))
+            axes.append(Axis(lo, hi) if abs(step) == 1 else Axis(lo, hi, np.arange(lo, hi, abs(step))))
+            post.append(slice(None) if step > 0 else slice(None, None, -1))
         elif isinstance(k, np.ndarray) and k.ndim == 1:
-            idx = k.astype(np.int64, copy=False)
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                raise IndexError(f"index array has values outside [-{n}, {n}) for a dimension of length {n}")
-            idx = np.where(idx < 0, idx + n, idx)
-            if idx.size == 0:
-                box.append((0, 0))
-                post.append(idx)
-                touched.append(None)
-                continue
-            lo, hi = int(idx.min()), int(idx.max()) + 1
-            box.append((lo, hi))
-            post.append(idx - lo)
-            touched.append(np.unique(idx))
+            idx = normalize_indices(k, n)
+            unique = np.unique(idx)
+            axes.append(Axis.of_indices(unique))
+            post.append(slice(None) if idx.size == unique.size and np.array_equal(idx, unique)
+                        else np.searchsorted(unique, idx))
         else:
             i = int(k)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for a dimension of length {n}")
             i %= n
-            box.append((i, i + 1))
+            axes.append(Axis(i, i + 1))
             post.append(0)
-            touched.append(None)
-    return tuple(box), tuple(post), tuple(touched)
+    return tuple(axes), tuple(post)
+
+
+def normalize_indices(k: np.ndarray, n: int) -> np.ndarray:
+    """Integer indices into a dimension of length ``n``, negative ones counted from the end."""
+    if k.dtype.kind not in "iu":
+        raise IndexError(f"expected integer indices for a dimension of length {n}. Got dtype {k.dtype}.")
+    idx = k.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = int(idx[(idx < -n) | (idx >= n)][0])
+        raise IndexError(f"index {bad} is out of bounds for a dimension of length {n}")
+    return np.where(idx < 0, idx + n, idx)
+
+
+def full_selection(shape: Sequence[int]) -> Selection:
+    return tuple(Axis(0, int(n)) for n in shape)
+
+
+def selection_shape(axes: Selection) -> tuple[int, ...]:
+    return tuple(a.size for a in axes)
 
 
 def apply_outer(region: np.ndarray, post: tuple[Any, ...]) -> np.ndarray:
@@ -92,68 +149,115 @@ def apply_outer(region: np.ndarray, post: tuple[Any, ...]) -> np.ndarray:
     return result.reshape(kept)
 
 
-def box_shape(box: Box) -> tuple[int, ...]:
-    return tuple(hi - lo for lo, hi in box)
-
-
 def grid_shape(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
     return tuple(math.ceil(s / c) if c else 0 for s, c in zip(shape, chunks, strict=True))
 
 
-def chunk_span(box: Box, chunks: Sequence[int]) -> tuple[range, ...]:
-    """Per dimension, the chunk indices that intersect the box."""
-    return tuple(
-        range(lo // c, (hi - 1) // c + 1) if hi > lo else range(0) for (lo, hi), c in zip(box, chunks, strict=True)
-    )
+_AxisPart = tuple[int, slice | np.ndarray, slice, bool]  # chunk index, region in it, region in output, whole
 
 
-def count_chunks(box: Box, chunks: Sequence[int]) -> int:
-    return math.prod(len(r) for r in chunk_span(box, chunks))
+def _axis_parts(axis: Axis, chunk: int, length: int) -> list[_AxisPart]:
+    """Per chunk along one dimension that holds selected elements: which, where they go, whether all of it."""
+    if axis.size == 0:
+        return []
+    parts: list[_AxisPart] = []
+    if axis.indices is None:
+        for i in range(axis.start // chunk, (axis.stop - 1) // chunk + 1):
+            c0, c1 = i * chunk, min((i + 1) * chunk, length)  # edge chunks are padded; the array ends at length
+            a, b = max(axis.start, c0), min(axis.stop, c1)
+            parts.append((i, slice(a - c0, b - c0), slice(a - axis.start, b - axis.start), a == c0 and b == c1))
+        return parts
+    idx = axis.indices
+    ids = idx // chunk
+    bounds = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), idx.size]
+    for p0, p1 in itertools.pairwise(bounds):
+        i = int(ids[p0])
+        c0, c1 = i * chunk, min((i + 1) * chunk, length)
+        parts.append((i, _as_slice(idx[p0:p1] - c0), slice(p0, p1), p1 - p0 == c1 - c0))
+    return parts
 
 
-def iter_pieces(
-    box: Box,
-    chunks: Sequence[int],
-    shape: Sequence[int],
-    origin: Sequence[int] | None = None,
-    touched: Touched | None = None,
-) -> Iterator[Piece]:
-    """Every chunk of a regular grid (cell size ``chunks``, starting at ``origin``) that meets ``box``.
+def _as_slice(local: np.ndarray) -> slice | np.ndarray:
+    """Evenly spaced increasing indices as a slice (a view when applied), anything else as they are."""
+    if local.size == 1:
+        return slice(int(local[0]), int(local[0]) + 1)
+    steps = np.diff(local)
+    if np.all(steps == steps[0]):
+        return slice(int(local[0]), int(local[-1]) + 1, int(steps[0]))
+    return local
 
-    ``shape`` is the array's shape, to know where edge chunks end. Coordinates are relative to ``origin``.
-    With ``touched`` (absolute element indices per dimension), chunks holding none of them are skipped.
+
+def plan_reads(axes: Selection, shape: Sequence[int], outer: Sequence[int], inner: Sequence[int]) -> list[ObjectRead]:
+    """Every stored object (shard, or chunk when unsharded) the selection touches, with the pieces of its
+    inner chunks it needs; chunks holding no selected element are not listed.
+
+    ``outer`` is the stored object's shape, a multiple of the inner chunk shape ``inner``.
     """
-    origin = tuple(origin) if origin is not None else (0,) * len(box)
-    local = tuple((lo - o, hi - o) for (lo, hi), o in zip(box, origin, strict=True))
-    spans: list[Iterable[int]] = list(chunk_span(local, chunks))
-    if touched is not None:
-        for d, (t, c, o) in enumerate(zip(touched, chunks, origin, strict=True)):
-            if t is not None:
-                wanted = set(np.unique((t - o) // c).tolist())
-                spans[d] = [i for i in spans[d] if i in wanted]
-    for coords in itertools.product(*spans):
-        chunk_region = []
-        out_region = []
-        covers = True
-        for c, i, (lo, hi), o, n, (blo, _) in zip(chunks, coords, local, origin, shape, box, strict=True):
-            c0 = i * c
-            c1 = min(c0 + c, n - o)  # edge chunks are padded in storage; the array ends at n
-            a, b = max(lo, c0), min(hi, c1)
-            chunk_region.append(slice(a - c0, b - c0))
-            out_region.append(slice(a + o - blo, b + o - blo))
-            covers = covers and a == c0 and b == c1
-        yield Piece(tuple(coords), tuple(chunk_region), tuple(out_region), covers)
+    per_dim: list[dict[int, list[tuple[int, slice | np.ndarray, slice, bool]]]] = []
+    for axis, c, o, n in zip(axes, inner, outer, shape, strict=True):
+        k = o // c
+        groups: dict[int, list[tuple[int, slice | np.ndarray, slice, bool]]] = {}
+        for i, region, out, whole in _axis_parts(axis, c, n):
+            groups.setdefault(i // k, []).append((i - (i // k) * k, region, out, whole))
+        per_dim.append(groups)
+    reads: list[ObjectRead] = []
+    for coords in itertools.product(*(sorted(g) for g in per_dim)):
+        pieces = [
+            Piece(tuple(p[0] for p in combo), tuple(p[1] for p in combo), tuple(p[2] for p in combo),
+                  all(p[3] for p in combo))
+            for combo in itertools.product(*(g[s] for g, s in zip(per_dim, coords, strict=True)))
+        ]
+        reads.append((tuple(coords), pieces))
+    return reads
 
 
-def shard_box(coords: Sequence[int], shard_shape: Sequence[int], shape: Sequence[int]) -> Box:
-    """The array region of the shard (or unsharded chunk) at ``coords``, clipped to the array."""
-    return tuple(
-        (i * s, min((i + 1) * s, n)) for i, s, n in zip(coords, shard_shape, shape, strict=True)
-    )
+def vectorized_points(key: tuple[Any, ...], shape: Sequence[int]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A vectorized (pointwise) selection as points: an ``(n, ndim)`` array and the result's shape.
+
+    Index arrays broadcast against each other and their dimensions come first; each slice adds a dimension
+    after them, in order (xarray's vectorized indexing).
+    """
+    if len(key) != len(shape):
+        raise IndexError(f"expected {len(shape)} indexers for an array of shape {tuple(shape)}. Got {len(key)}.")
+    arrays = [normalize_indices(np.asarray(k), n) for k, n in zip(key, shape, strict=True)
+              if not isinstance(k, slice)]
+    n_slices = sum(isinstance(k, slice) for k in key)
+    broadcast = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+    grids: list[np.ndarray] = []
+    i_slice = 0
+    arrays_iter = iter(arrays)
+    for k, n in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            values = np.arange(*k.indices(n), dtype=np.int64)
+            grids.append(values.reshape((1,) * (len(broadcast) + i_slice) + (-1,) + (1,) * (n_slices - i_slice - 1)))
+            i_slice += 1
+        else:
+            a = next(arrays_iter)
+            grids.append(a.reshape(a.shape + (1,) * n_slices))
+    full = np.broadcast_shapes(*(g.shape for g in grids)) if grids else ()
+    points = np.stack([np.broadcast_to(g, full).reshape(-1) for g in grids], axis=-1) if grids else np.empty((1, 0))
+    return points.astype(np.int64, copy=False), tuple(full)
 
 
-def intersect(a: Box, b: Box) -> Box:
-    return tuple((max(alo, blo), min(ahi, bhi)) for (alo, ahi), (blo, bhi) in zip(a, b, strict=True))
+def plan_points(points: np.ndarray, outer: Sequence[int], inner: Sequence[int]) -> list[ObjectRead]:
+    """The stored objects holding ``points`` (``(n, ndim)``, in bounds), each with one `PointPiece` per inner
+    chunk that holds any of them."""
+    if points.shape[0] == 0:
+        return []
+    inner_arr = np.asarray(inner, dtype=np.int64)
+    per_object = np.asarray(outer, dtype=np.int64) // inner_arr
+    chunk_ids = points // inner_arr
+    chunks, inverse = np.unique(chunk_ids, axis=0, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    bounds = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(chunks) + 1))
+    reads: dict[tuple[int, ...], list[Any]] = {}
+    for j, chunk in enumerate(chunks):
+        positions = order[bounds[j]:bounds[j + 1]]
+        obj = chunk // per_object
+        piece = PointPiece(tuple((chunk - obj * per_object).tolist()), positions,
+                           points[positions] - chunk * inner_arr)
+        reads.setdefault(tuple(obj.tolist()), []).append(piece)
+    return list(reads.items())
 
 
 def coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int, list[int]]]:

@@ -1,9 +1,14 @@
 """Byte sources: one small, picklable interface over local files, obstore stores and any zarr Store.
 
-A source answers ``get`` (whole object), ``get_ranges`` (several byte ranges of one object), ``get_suffix``
-(the last n bytes, for shard indexes) and ``list_dir`` (immediate children of a prefix). Missing objects
-are ``None``, never an exception, so callers can apply fill values. Every request is counted in
-`xarray_zarrmax.accounting`. Sources never import xarray.
+A source answers ``get`` (whole object, for metadata), ``get_large`` (a whole data object), ``get_suffix`` /
+``get_prefix`` (a shard index), ``get_ranges`` (several byte ranges of one object) and ``list_dir``
+(immediate children of a prefix). Missing objects are ``None``, never an exception, so callers can apply fill
+values. Every request is counted in `xarray_zarrmax.accounting`. Sources never import xarray.
+
+Coherence: data reads return a `Fetched` with the object's *version* (S3 ETag, a local file's fstat, an
+Icechunk snapshot). ``get_ranges(..., version=v)`` proves at no extra request that the object is still ``v``
+(``If-Match``, or fstat on the descriptor the bytes are read from) and raises `ObjectChanged` otherwise, so a
+shard index cached from one version is never applied to the bytes of another.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import pickle
 import random
 import re
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -78,6 +85,25 @@ def nbytes(buf: Buffer | Segments) -> int:
     return len(buf) if isinstance(buf, Segments) else len(memoryview(buf).cast("B"))
 
 
+class ObjectChanged(Exception):
+    """The object is no longer the version a read started from (rewritten or deleted): read it afresh."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """Bytes of one object and what identifies the object version they came from.
+
+    ``version`` is compared by ``get_ranges`` so later ranges come from the same object version (None: the
+    source cannot tell, no check). ``cacheable`` says whether the version may key a cache across reads: it
+    must change whenever the object does.
+    """
+
+    data: Buffer | Segments
+    size: int | None  # the whole object's size, where the store said
+    version: Hashable | None
+    cacheable: bool
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}/{key}" if prefix else key
 
@@ -92,23 +118,29 @@ class ByteSource:
     async def get(self, key: str) -> Buffer | None:
         raise NotImplementedError
 
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
-        """Return the bytes of each ``(start, stop)`` range, or None if the object is missing."""
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         version: Hashable | None = None) -> list[Buffer] | None:
+        """The bytes of each ``(start, stop)`` range, or None if the object is missing.
+
+        With ``version`` (from a `Fetched` of this key), raise `ObjectChanged` unless every range comes from
+        that version of the object (a missing object counts as changed).
+        """
         raise NotImplementedError
 
-    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | Segments | None:
+    async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         """A whole data object, possibly large (a shard): sources that gain from it fetch parallel ranges
         (and return `Segments`; read it with `view`).
 
         Objects larger than ``max_size`` (what the array's metadata allows) raise `CorruptDataError`.
         """
-        data = await self.get(key)
-        if data is not None and max_size is not None:
-            check_size(self, key, len(memoryview(data).cast("B")), max_size)
-        return data
+        raise NotImplementedError
 
-    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
-        """The last ``nbytes`` bytes and, where the store says, the object's size."""
+    async def get_suffix(self, key: str, nbytes: int) -> Fetched | None:
+        """The last ``nbytes`` bytes (fewer if the object is smaller)."""
+        raise NotImplementedError
+
+    async def get_prefix(self, key: str, nbytes: int) -> Fetched | None:
+        """The first ``nbytes`` bytes (fewer if the object is smaller)."""
         raise NotImplementedError
 
     async def list_dir(self, prefix: str) -> list[str]:
@@ -144,9 +176,28 @@ def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
 
 # -- local files ---------------------------------------------------------------------------------------
 
+#: A file changed less than this long before it was read may change again without a visible change of its
+#: timestamps (they tick at the file system's granularity: a few ms on Linux, up to 2 s on FAT), so its
+#: version is not trusted across reads (the same rule as git's "racy" index entries).
+RACY_WINDOW_NS = 2_000_000_000
+
+
+def _file_version(st: os.stat_result) -> tuple[int, ...]:
+    # zarr's LocalStore replaces files (a new inode per write); in-place writers change size, mtime or ctime.
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _file_fetched(data: np.ndarray, st: os.stat_result) -> Fetched:
+    settled = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= RACY_WINDOW_NS
+    return Fetched(data, st.st_size, _file_version(st), settled)
+
 
 class LocalSource(ByteSource):
-    """A directory on a local file system: positional reads into preallocated buffers, no event loop."""
+    """A directory on a local file system: positional reads into preallocated buffers, no event loop.
+
+    Every read of an object is made from one descriptor whose fstat gives the version, so bytes and version
+    always belong together even when the file is replaced meanwhile.
+    """
 
     is_local = True
 
@@ -167,27 +218,32 @@ class LocalSource(ByteSource):
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def read(self, key: str, max_size: int | None = None) -> np.ndarray | None:
+    def read(self, key: str, max_size: int | None = None) -> Fetched | None:
         fd = self._open(key)
         if fd is None:
             return None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
             if max_size is not None:
-                check_size(self, key, size, max_size)
-            out = np.empty(size, dtype=np.uint8)
+                check_size(self, key, st.st_size, max_size)
+            out = np.empty(st.st_size, dtype=np.uint8)
             done = _pread_into(fd, out, 0)
         finally:
             os.close(fd)
         accounting.record(self.label, "get", key, done)
-        return out[:done]
+        return _file_fetched(out[:done], st)
 
-    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[np.ndarray] | None:
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                    version: Hashable | None = None) -> list[np.ndarray] | None:
         fd = self._open(key)
         if fd is None:
+            if version is not None:
+                raise ObjectChanged(key)
             return None
         out = []
         try:
+            if version is not None and _file_version(os.fstat(fd)) != version:
+                raise ObjectChanged(key)
             for start, stop in ranges:
                 buf = np.empty(max(stop - start, 0), dtype=np.uint8)
                 n = _pread_into(fd, buf, start)
@@ -197,31 +253,37 @@ class LocalSource(ByteSource):
             os.close(fd)
         return out
 
-    def read_suffix(self, key: str, nbytes: int) -> tuple[np.ndarray, int] | None:
+    def read_end(self, key: str, nbytes: int, *, suffix: bool) -> Fetched | None:
+        """The last (``suffix``) or first ``nbytes`` bytes, with the version of the file they came from."""
         fd = self._open(key)
         if fd is None:
             return None
         try:
-            size = os.fstat(fd).st_size
-            start = max(size - nbytes, 0)
-            buf = np.empty(size - start, dtype=np.uint8)
+            st = os.fstat(fd)
+            start = max(st.st_size - nbytes, 0) if suffix else 0
+            buf = np.empty(min(nbytes, st.st_size), dtype=np.uint8)
             n = _pread_into(fd, buf, start)
         finally:
             os.close(fd)
         accounting.record(self.label, "get", key, n)
-        return buf[:n], size
+        return _file_fetched(buf[:n], st)
 
     async def get(self, key: str) -> Buffer | None:
-        return self.read(key)
+        got = self.read(key)
+        return None if got is None else got.data
 
-    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | None:
+    async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         return self.read(key, max_size)
 
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
-        return self.read_ranges(key, ranges)
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         version: Hashable | None = None) -> list[Buffer] | None:
+        return self.read_ranges(key, ranges, version)
 
-    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
-        return self.read_suffix(key, nbytes)
+    async def get_suffix(self, key: str, nbytes: int) -> Fetched | None:
+        return self.read_end(key, nbytes, suffix=True)
+
+    async def get_prefix(self, key: str, nbytes: int) -> Fetched | None:
+        return self.read_end(key, nbytes, suffix=False)
 
     async def list_dir(self, prefix: str) -> list[str]:
         accounting.record(self.label, "list", prefix)
@@ -337,6 +399,8 @@ class ObstoreSource(ByteSource):
                 raise
             except oe.NotFoundError:
                 raise FileNotFoundError(key) from None
+            except oe.PreconditionError:
+                raise ObjectChanged(key) from None  # If-Match failed: the object was rewritten
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
                 raise StoreAccessError(
                     f"{what} {key!r} on {self.label} was refused: check the credentials "
@@ -364,51 +428,70 @@ class ObstoreSource(ByteSource):
         accounting.record(self.label, "get", key, len(data))
         return data
 
-    async def get_large(self, key: str, max_size: int | None = None) -> Buffer | Segments | None:
-        """The first ``split_size`` bytes tell the object's size; the rest comes as parallel ranges.
+    async def _get_versioned(self, what: str, key: str, options: dict[str, Any]) -> Fetched | None:
+        import obstore
+
+        try:
+            result, data = await self._call(what, key, obstore.get_async, key, options=options)
+        except FileNotFoundError:
+            accounting.record(self.label, "get", key, 0)
+            return None
+        accounting.record(self.label, "get", key, len(data))
+        etag = result.meta.get("e_tag")
+        return Fetched(data, int(result.meta["size"]), etag, etag is not None)
+
+    async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
+        """The first ``split_size`` bytes tell the object's size and ETag; the rest comes as parallel ranges,
+        each conditional on that ETag, so the parts of one object never mix two versions of it.
 
         One request for objects up to ``split_size``; a 64 MB shard with the default 16 MiB is 4 requests
         in flight at once, which matters on S3 where one stream tops out far below the NIC.
         """
-        import obstore
-
         split = get_config().split_size
         try:
-            result, first = await self._call("GET", key, obstore.get_async, key, options={"range": (0, split)})
-        except FileNotFoundError:
-            accounting.record(self.label, "get", key, 0)
-            return None
+            head = await self._get_versioned("GET", key, {"range": (0, split)})
         except StoreAccessError as err:
-            if _status(err.__cause__ or err) == 416:  # an empty object has no first byte to ask for
-                return await self.get(key)
-            raise
-        accounting.record(self.label, "get", key, len(first))
-        size = int(result.meta["size"])
+            if _status(err.__cause__ or err) != 416:
+                raise
+            # an empty object has no first byte to ask for
+            head = await self._get_versioned("GET", key, {})
+        if head is None:
+            return None
+        first, size = cast(Buffer, head.data), head.size  # a single response: never Segments
+        assert size is not None
         if max_size is not None:
             check_size(self, key, size, max_size)  # before fetching the rest
-        if len(first) != min(split, size):
+        got = len(memoryview(first).cast("B"))
+        if got != min(split, size):
             raise CorruptDataError(f"{key!r} on {self.label}: asked for bytes [0, {min(split, size)}) of a "
-                                   f"{size}-byte object, got {len(first)}")
-        if size <= len(first):
-            return first
-        starts = range(len(first), size, split)
-        rest = await self.get_ranges(key, [(a, min(a + split, size)) for a in starts])
-        if rest is None:
-            raise FileNotFoundError(f"{key!r} on {self.label} disappeared while it was being read")
+                                   f"{size}-byte object, got {got}")
+        if size <= got:
+            return head
+        starts = range(got, size, split)
+        rest = await self.get_ranges(key, [(a, min(a + split, size)) for a in starts], head.version)
+        assert rest is not None  # with a version, a vanished object raises ObjectChanged
         for a, part in zip(starts, rest, strict=True):
-            got = len(memoryview(part).cast("B"))
-            if got != min(split, size - a):
+            n = len(memoryview(part).cast("B"))
+            if n != min(split, size - a):
                 raise CorruptDataError(f"{key!r} on {self.label}: asked for bytes [{a}, {min(a + split, size)}), "
-                                       f"got {got}: the object changed or was cut short while being read")
-        return Segments([first, *rest])
+                                       f"got {n}: the object is shorter than its size said")
+        return Fetched(Segments([first, *rest]), size, head.version, head.cacheable)
 
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         version: Hashable | None = None) -> list[Buffer] | None:
         import obstore
 
         async def one(start: int, stop: int) -> Buffer:
             if stop <= start:
                 return b""
-            data = await self._call("GET range", key, obstore.get_range_async, key, start=start, end=stop)
+            options: dict[str, Any] = {"range": (start, stop)}
+            if version is not None:
+                options["if_match"] = version
+            try:
+                _, data = await self._call("GET range", key, obstore.get_async, key, options=options)
+            except ObjectChanged:
+                accounting.record(self.label, "get", key, 0)  # a request was sent: it counts
+                raise
             accounting.record(self.label, "get", key, len(data))
             return data
 
@@ -416,20 +499,15 @@ class ObstoreSource(ByteSource):
             return await gather_or_cancel(*(one(a, b) for a, b in ranges))
         except FileNotFoundError:
             accounting.record(self.label, "get", key, 0)
+            if version is not None:
+                raise ObjectChanged(key) from None
             return None
 
-    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
-        import obstore
+    async def get_suffix(self, key: str, nbytes: int) -> Fetched | None:
+        return await self._get_versioned("GET suffix", key, {"range": {"suffix": nbytes}})
 
-        try:
-            result, data = await self._call(
-                "GET suffix", key, obstore.get_async, key, options={"range": {"suffix": nbytes}}
-            )
-        except FileNotFoundError:
-            accounting.record(self.label, "get", key, 0)
-            return None
-        accounting.record(self.label, "get", key, len(data))
-        return data, int(result.meta["size"])
+    async def get_prefix(self, key: str, nbytes: int) -> Fetched | None:
+        return await self._get_versioned("GET range", key, {"range": (0, nbytes)})
 
     async def list_dir(self, prefix: str) -> list[str]:
         import obstore
@@ -478,11 +556,17 @@ def _redact_url(url: str) -> str:
 
 
 class ZarrStoreSource(ByteSource):
-    """Any zarr-python Store, through its async API (Icechunk stores read from their session)."""
+    """Any zarr-python Store, through its async API (Icechunk stores read from their session).
+
+    Only a read-only Icechunk session reads one immutable snapshot: there the snapshot id is the version of
+    every object, so shard indexes are cached. Any other zarr Store may change under us without a way to
+    tell, so nothing read from it is reused across reads.
+    """
 
     def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
         self.label = label or f"{type(store).__name__}@{id(store):x}"
+        self.snapshot = _immutable_snapshot(store)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
@@ -503,23 +587,41 @@ class ZarrStoreSource(ByteSource):
         accounting.record(self.label, "get", key, 0 if data is None else len(data))
         return data
 
+    def _fetched(self, data: Buffer | None, size: int | None) -> Fetched | None:
+        if data is None:
+            return None
+        return Fetched(data, size, self.snapshot, self.snapshot is not None)
+
     async def get(self, key: str) -> Buffer | None:
         return await self._get(key)
 
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[Buffer] | None:
+    async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
+        data = await self._get(key)
+        if data is not None and max_size is not None:
+            check_size(self, key, len(data), max_size)
+        return self._fetched(data, None if data is None else len(data))
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
+                         version: Hashable | None = None) -> list[Buffer] | None:
         from zarr.abc.store import RangeByteRequest
 
         parts = await gather_or_cancel(*(self._get(key, RangeByteRequest(a, b)) for a, b in ranges if b > a))
         if any(p is None for p in parts):
+            if version is not None:
+                raise ObjectChanged(key)
             return None
         it = iter(parts)
         return [next(it) if b > a else b"" for a, b in ranges]
 
-    async def get_suffix(self, key: str, nbytes: int) -> tuple[Buffer, int | None] | None:
+    async def get_suffix(self, key: str, nbytes: int) -> Fetched | None:
         from zarr.abc.store import SuffixByteRequest
 
-        data = await self._get(key, SuffixByteRequest(nbytes))
-        return None if data is None else (data, None)
+        return self._fetched(await self._get(key, SuffixByteRequest(nbytes)), None)
+
+    async def get_prefix(self, key: str, nbytes: int) -> Fetched | None:
+        from zarr.abc.store import RangeByteRequest
+
+        return self._fetched(await self._get(key, RangeByteRequest(0, nbytes)), None)
 
     async def list_dir(self, prefix: str) -> list[str]:
         accounting.record(self.label, "list", prefix)
@@ -530,6 +632,16 @@ class ZarrStoreSource(ByteSource):
 
     def zarr_store(self) -> Any:
         return self.store
+
+
+def _immutable_snapshot(store: Any) -> tuple[str, str] | None:
+    """("icechunk", snapshot id) for the store of a read-only Icechunk session, else None."""
+    if not (type(store).__module__ or "").startswith("icechunk"):
+        return None
+    session = getattr(store, "session", None)
+    if session is None or not session.read_only:
+        return None
+    return ("icechunk", str(session.snapshot_id))
 
 
 # -- resolving what the user passed ------------------------------------------------------------------------
