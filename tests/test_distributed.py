@@ -144,3 +144,25 @@ def test_forked_child_reads_local_files(tmp_path):
     assert _sum_without_dask(path) == pytest.approx(expected)  # the parent's pools now exist
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_sum_without_dask, (path,)).get(timeout=60) == pytest.approx(expected)
+
+
+@pytest.mark.s3
+def test_workers_see_a_rewrite_made_after_they_cached_indexes(client, minio, bucket):
+    """Worker processes keep shard indexes across tasks of one open Dataset: a shard rewritten between two
+    computations must not be read through the index a worker cached before."""
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, "dist-rewrite.zarr"))
+    write(store)
+    ds = xr.open_dataset(f"s3://{bucket}/dist-rewrite.zarr", engine="zarrmax", chunks={},
+                         storage_options=minio.storage_options())
+    oracle = xr.open_dataset(store, engine="zarr", consolidated=False)
+    # 4 of the shard's 12 chunks, under the whole-shard threshold: index + ranges, and the index is cached
+    part = {"time": slice(0, 8), "lat": slice(0, 16)}
+    before = ds["v"].isel(part).compute()
+    np.testing.assert_array_equal(before.values, oracle["v"].isel(part).values)
+    arr = zarr.open_array(store, path="v", mode="r+")
+    new = np.full((12, 32, 40), -5.0, dtype="f4")
+    new[4:8] = 3.0  # other values, other compressed sizes: other offsets in the shard
+    arr[:12] = new
+    after = ds["v"].isel(part).compute()
+    np.testing.assert_array_equal(after.values, oracle["v"].isel(part).values)
+    assert not np.array_equal(after.values, before.values)
