@@ -3,13 +3,23 @@ outside the store."""
 
 from __future__ import annotations
 
+import pickle
 import traceback
+from datetime import timedelta
 
+import numpy as np
 import obstore.exceptions as oe
 import pytest
+import xarray as xr
+import zarr
+from obstore.store import S3Store
+from zarr.storage import MemoryStore
 
-from xarray_zarrmax import StoreAccessError
+from xarray_zarrmax import StoreAccessError, request_counts
+from xarray_zarrmax._loop import run_sync
 from xarray_zarrmax._redact import redact, scrubbed, secrets_in
+from xarray_zarrmax.stores import ObstoreSource, ZarrStoreSource, resolve_source
+from xarray_zarrmax.testing import SECRET_KEY, free_port
 
 PASSWORD = "hunter2-pw"
 
@@ -111,3 +121,136 @@ def test_scrubbed_redacts_notes():
     clean = scrubbed(err)
     assert clean.__notes__ == ["while reading http://***@h"]
     assert PASSWORD not in everything_shown(clean)
+
+
+# -- errors from the stores -------------------------------------------------------------------------------------
+
+
+NO_RETRIES = {"max_retries": 0, "retry_timeout": timedelta(seconds=5),
+              "backoff": {"init_backoff": timedelta(milliseconds=10), "max_backoff": timedelta(milliseconds=10),
+                          "base": 2}}
+
+
+def with_userinfo(endpoint: str) -> str:
+    return endpoint.replace("http://", f"http://user:{PASSWORD}@")
+
+
+def test_password_in_endpoint_never_in_the_error():
+    """Nothing listens on the port: obstore's error names the URL it tried, userinfo included."""
+    endpoint = f"http://user:{PASSWORD}@127.0.0.1:{free_port()}"
+    options = {"endpoint": endpoint, "access_key_id": "AKIA", "secret_access_key": SECRET_KEY,
+               "retry_config": NO_RETRIES, "connect_timeout": "1s"}
+    with pytest.raises(StoreAccessError, match=r"GET 'zarr.json' on s3://b/x.zarr \(http://127.0.0.1:\d+\)") as info:
+        xr.open_dataset("s3://b/x.zarr", engine="zarrmax", storage_options=options)
+    text = everything_shown(info.value)
+    assert PASSWORD not in text and SECRET_KEY not in text
+    assert "http://***@127.0.0.1" in text  # obstore's text is still there, masked
+
+
+def test_known_secret_in_an_obstore_error_is_masked_also_after_unpickling():
+    store = S3Store("b", endpoint="http://127.0.0.1:1", access_key_id="AKIA", secret_access_key="S3CRET-VALUE",
+                    session_token="SESSION-TOKEN-VALUE", region="us-east-1", client_options={"allow_http": True})
+
+    async def echoes_credentials(store, key):
+        raise oe.GenericError(f"signed with S3CRET-VALUE and SESSION-TOKEN-VALUE for {key}")
+
+    for source in (ObstoreSource(store), pickle.loads(pickle.dumps(ObstoreSource(store)))):
+        with pytest.raises(StoreAccessError, match=r"GET 'k' on s3://b/? \(http://127.0.0.1:1\) failed: "
+                                                   r"GenericError: signed with \*\*\* and \*\*\* for k") as info:
+            run_sync(source._call("GET", "k", echoes_credentials, "k"))
+        text = everything_shown(info.value) + repr(source) + source.label
+        assert "S3CRET-VALUE" not in text and "SESSION-TOKEN-VALUE" not in text
+
+
+class LeakyStore(MemoryStore):
+    """A zarr Store whose failures quote the URL they went to, userinfo and all, as fsspec's and obstore's do."""
+
+    async def get(self, key, prototype=None, byte_range=None):
+        raise RuntimeError(f"GET http://user:{PASSWORD}@example.com/{key} failed")
+
+    async def list_dir(self, prefix):
+        raise RuntimeError(f"LIST http://user:{PASSWORD}@example.com/{prefix} failed")
+        yield  # an async generator, as the interface says
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda s: s.get("zarr.json"), r"GET 'zarr.json' on LeakyStore@\w+ failed: RuntimeError: "
+                                   r"GET http://\*\*\*@example.com/zarr.json failed"),
+    (lambda s: s.list_dir("g"), r"LIST 'g' on LeakyStore@\w+ failed: RuntimeError: "
+                                r"LIST http://\*\*\*@example.com/g failed"),
+])
+def test_zarr_store_errors_are_masked_and_not_chained(call, expected):
+    source = ZarrStoreSource(LeakyStore())
+    with pytest.raises(StoreAccessError, match=expected) as info:
+        run_sync(call(source))
+    assert PASSWORD not in everything_shown(info.value)
+    assert info.value.__cause__ is None
+
+
+def test_s3_url_with_credentials_is_refused_without_showing_them():
+    with pytest.raises(ValueError, match=r"credentials in storage_options. Got credentials in the URL: "
+                                         r"'s3://\*\*\*@bucket/x.zarr'") as info:
+        xr.open_dataset(f"s3://AKIA:{PASSWORD}@bucket/x.zarr", engine="zarrmax")
+    assert PASSWORD not in everything_shown(info.value)
+
+
+def test_unknown_scheme_error_masks_a_presigned_url():
+    url = "https://host/x.zarr?X-Amz-Credential=AKIA%2Fs3&X-Amz-Signature=feedface"
+    with pytest.raises(ValueError, match=r"scheme 'https': 'https://host/x.zarr\?X-Amz-Credential=\*\*\*"
+                                         r"&X-Amz-Signature=\*\*\*'") as info:
+        xr.open_dataset(url, engine="zarrmax")
+    assert "feedface" not in everything_shown(info.value)
+
+
+@pytest.mark.s3
+def test_wrong_credentials_through_an_endpoint_with_userinfo(minio, bucket):
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, "userinfo.zarr"))
+    zarr.open_group(store, mode="w", zarr_format=3).create_array("v", shape=(4,), dtype="i4",
+                                                                 dimension_names=["x"])[:] = 1
+    options = {**minio.storage_options(with_userinfo(minio.endpoint)), "secret_access_key": "wrong-" + SECRET_KEY}
+    with pytest.raises(StoreAccessError, match=r"was refused: check the credentials") as info:
+        xr.open_dataset(f"s3://{bucket}/userinfo.zarr", engine="zarrmax", storage_options=options)
+    text = everything_shown(info.value)
+    assert minio.endpoint in text and "http://***@127.0.0.1" in text
+    assert PASSWORD not in text and SECRET_KEY not in text
+
+
+@pytest.mark.s3
+def test_unreachable_proxied_endpoint_with_userinfo(minio, bucket, toxiproxy):
+    endpoint = toxiproxy.proxy("security_down", minio.port)
+    toxiproxy._api("POST", "/proxies/security_down", {"enabled": False})  # connection refused from now on
+    options = {**minio.storage_options(with_userinfo(endpoint)), "retry_config": NO_RETRIES}
+    with pytest.raises(StoreAccessError, match=r"GET 'zarr.json' on s3://.* failed") as info:
+        xr.open_dataset(f"s3://{bucket}/anything.zarr", engine="zarrmax", storage_options=options)
+    text = everything_shown(info.value)
+    assert endpoint in text and PASSWORD not in text and SECRET_KEY not in text
+
+
+@pytest.mark.s3
+def test_reprs_labels_counts_and_dask_keys_hold_no_secret(minio, bucket):
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, "keys.zarr"))
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    group.create_array("v", shape=(8,), chunks=(4,), dtype="i4", dimension_names=["x"])[:] = np.arange(8)
+    options = minio.storage_options(with_userinfo(minio.endpoint))  # MinIO ignores the userinfo: it opens
+    source = resolve_source(f"s3://{bucket}/keys.zarr", options)
+    with request_counts() as counts:
+        ds = xr.open_dataset(f"s3://{bucket}/keys.zarr", engine="zarrmax", chunks={}, storage_options=options)
+        np.testing.assert_array_equal(ds["v"].values, np.arange(8))
+    graph = ds["v"].data.__dask_graph__()
+    shown = [repr(source), source.label, repr(counts), repr(counts.keys), ds["v"].data.name, repr(list(graph))]
+    assert counts.total("get") >= 2
+    for text in shown:
+        assert PASSWORD not in text and SECRET_KEY not in text, text
+
+
+def test_cli_masks_errors_it_did_not_raise_itself(monkeypatch, capsys):
+    """zarr-python's errors (arrays it reads for us) reach the command unmasked: it masks what it prints."""
+    from xarray_zarrmax import cli
+
+    def fails(args, chunks):
+        raise OSError(f"GET http://user:{PASSWORD}@host/k signed with S3CRET-FROM-OPTION")
+
+    monkeypatch.setattr(cli, "_open", fails)
+    assert cli.main(["info", "s3://b/x.zarr", "-o", "secret_access_key=S3CRET-FROM-OPTION"]) == 1
+    err = capsys.readouterr().err
+    assert err == "zarrmax: OSError: GET http://***@host/k signed with ***\n"

@@ -26,6 +26,7 @@ import numpy as np
 from . import accounting
 from ._budget import request_slot
 from ._loop import gather_or_cancel
+from ._redact import redact, secrets_in
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -308,6 +309,7 @@ class ObstoreSource(ByteSource):
     def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
         self.label = label or _obstore_label(store)
+        self._secrets = secrets_in(getattr(store, "config", None))  # masked in our messages; rebuilt on unpickle
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -340,7 +342,7 @@ class ObstoreSource(ByteSource):
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
                 raise StoreAccessError(
                     f"{what} {key!r} on {self.label} was refused: check the credentials "
-                    f"({type(err).__name__}: {_first_line(err)})"
+                    f"({type(err).__name__}: {_first_line(err, self._secrets)})"
                 ) from None
             except Exception as err:
                 if "NoSuchBucket" in str(err):
@@ -349,7 +351,7 @@ class ObstoreSource(ByteSource):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
                 raise StoreAccessError(
-                    f"{what} {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
+                    f"{what} {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
                 ) from None
         raise AssertionError("unreachable")
 
@@ -449,8 +451,9 @@ class ObstoreSource(ByteSource):
         return self._zarr_store
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
+def _first_line(err: BaseException, secrets: Sequence[str] = ()) -> str:
+    """The first line of a third party's error, credentials masked (see `redact`)."""
+    text = redact(str(err), secrets).strip().splitlines()
     return text[0][:300] if text else ""
 
 
@@ -467,11 +470,12 @@ def _obstore_label(store: Any) -> str:
 
 
 def _redact_url(url: str) -> str:
+    """``url`` without its userinfo, and with any credential in its query masked."""
     parsed = urlparse(url)
     if parsed.password or parsed.username:
         host = parsed.hostname or ""
-        return parsed._replace(netloc=host + (f":{parsed.port}" if parsed.port else "")).geturl()
-    return url
+        url = parsed._replace(netloc=host + (f":{parsed.port}" if parsed.port else "")).geturl()
+    return redact(url)
 
 
 # -- any zarr Store (MemoryStore, Icechunk, FsspecStore, ...) -------------------------------------------
@@ -483,6 +487,8 @@ class ZarrStoreSource(ByteSource):
     def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
         self.label = label or f"{type(store).__name__}@{id(store):x}"
+        # an FsspecStore's options hold its credentials: masked in our messages
+        self._secrets = secrets_in(getattr(getattr(store, "fs", None), "storage_options", None))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
@@ -496,9 +502,10 @@ class ZarrStoreSource(ByteSource):
         except FileNotFoundError:
             buf = None
         except Exception as err:
+            # not chained: the original's text, in every traceback, may hold what we masked here
             raise StoreAccessError(
-                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
-            ) from err
+                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
+            ) from None
         data = None if buf is None else buf.as_numpy_array().view(np.uint8).reshape(-1)
         accounting.record(self.label, "get", key, 0 if data is None else len(data))
         return data
@@ -527,6 +534,10 @@ class ZarrStoreSource(ByteSource):
             return sorted({name.rstrip("/") async for name in self.store.list_dir(prefix.strip("/"))})
         except FileNotFoundError:
             return []
+        except Exception as err:
+            raise StoreAccessError(
+                f"LIST {prefix!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
+            ) from None
 
     def zarr_store(self) -> Any:
         return self.store
@@ -551,7 +562,10 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
 
     parsed = urlparse(url)
     if not parsed.netloc:
-        raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {url!r} instead.")
+        raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {redact(url)!r} instead.")
+    if "@" in parsed.netloc:  # else "key:secret@bucket" would become the bucket name, shown in every label
+        raise ValueError(f"expected an S3 URL of the form s3://bucket/path, with credentials in storage_options. "
+                         f"Got credentials in the URL: {redact(url)!r}")
     options = dict(storage_options or {})
     client_options = dict(options.pop("client_options", {}) or {})
     retry_config = options.pop("retry_config", None) or default_retry_config()
@@ -571,7 +585,8 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
                         client_options=cast(Any, client_options), retry_config=cast(Any, retry_config), **options)
     except Exception as err:
         raise ValueError(
-            f"could not configure S3 store for {url!r}: {type(err).__name__}: {_first_line(err)}"
+            f"could not configure S3 store for {redact(url)!r}: {type(err).__name__}: "
+            f"{_first_line(err, secrets_in(options) + secrets_in(client_options))}"
         ) from None
     return ObstoreSource(store)
 
@@ -594,7 +609,7 @@ def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None
         elif "://" in target:
             raise ValueError(
                 f"expected a local path, file:// or s3:// URL. Got a URL with scheme {target.split('://')[0]!r}: "
-                f"{target!r}; pass an obstore or zarr Store for other protocols"
+                f"{redact(target)!r}; pass an obstore or zarr Store for other protocols"
             )
         path = Path(target).expanduser()
         if not path.exists():
