@@ -3,7 +3,10 @@ outside the store."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import re
 import traceback
 from datetime import timedelta
 
@@ -13,12 +16,12 @@ import pytest
 import xarray as xr
 import zarr
 from obstore.store import S3Store
-from zarr.storage import MemoryStore
+from zarr.storage import LocalStore, MemoryStore
 
 from xarray_zarrmax import StoreAccessError, request_counts
 from xarray_zarrmax._loop import run_sync
 from xarray_zarrmax._redact import redact, scrubbed, secrets_in
-from xarray_zarrmax.stores import ObstoreSource, ZarrStoreSource, resolve_source
+from xarray_zarrmax.stores import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
 from xarray_zarrmax.testing import SECRET_KEY, free_port
 
 PASSWORD = "hunter2-pw"
@@ -254,3 +257,65 @@ def test_cli_masks_errors_it_did_not_raise_itself(monkeypatch, capsys):
     assert cli.main(["info", "s3://b/x.zarr", "-o", "secret_access_key=S3CRET-FROM-OPTION"]) == 1
     err = capsys.readouterr().err
     assert err == "zarrmax: OSError: GET http://***@host/k signed with ***\n"
+
+
+# -- keys stay inside the store ---------------------------------------------------------------------------------
+
+
+ESCAPING_KEYS = ["../secret", "a/../../secret", "./secret", "a/./b", "/etc/passwd"]
+
+
+@pytest.fixture
+def store_beside_a_secret(tmp_path):
+    (tmp_path / "secret").write_bytes(b"not yours")
+    root = tmp_path / "store.zarr"
+    (root / "a").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize("key", ESCAPING_KEYS)
+@pytest.mark.parametrize("read", ["read", "read_ranges", "read_suffix", "list_dir"])
+def test_local_source_refuses_keys_outside_its_root(store_beside_a_secret, key, read):
+    source = LocalSource(store_beside_a_secret)
+    calls = {"read": lambda: source.read(key), "read_ranges": lambda: source.read_ranges(key, [(0, 4)]),
+             "read_suffix": lambda: source.read_suffix(key, 4), "list_dir": lambda: run_sync(source.list_dir(key))}
+    with pytest.raises(ValueError, match=rf"without '.' or '..' segments. Got {re.escape(repr(key))} on "
+                                         rf"file://{store_beside_a_secret} instead"):
+        calls[read]()
+
+
+@pytest.mark.parametrize("key", ["../secret", "a/../../secret"])
+def test_zarr_local_store_source_refuses_keys_outside_its_root(store_beside_a_secret, key):
+    source = ZarrStoreSource(LocalStore(store_beside_a_secret, read_only=True))
+    with pytest.raises(ValueError, match=rf"Got {re.escape(repr(key))} on LocalStore@\w+ instead"):
+        run_sync(source.get(key))
+
+
+def sibling_stores(tmp_path):
+    for name, value in (("inner.zarr", 1), ("other.zarr", 7)):
+        group = zarr.open_group(str(tmp_path / name), mode="w", zarr_format=3)
+        group.create_array("v", shape=(4,), dtype="i4", dimension_names=["x"])[:] = value
+    return str(tmp_path / "inner.zarr")
+
+
+@pytest.mark.parametrize("group", ["../other.zarr", "sub/../../other.zarr"])
+def test_group_cannot_open_a_sibling_store(tmp_path, group):
+    path = sibling_stores(tmp_path)
+    with pytest.raises(ValueError, match=rf"Got '{re.escape(group)}/zarr.json' on file://{path} instead"):
+        xr.open_dataset(path, engine="zarrmax", group=group)
+    with pytest.raises(ValueError, match="'.' or '..' segments"):  # as zarr-python refuses it
+        xr.open_dataset(path, engine="zarr", group=group, consolidated=False)
+
+
+def test_consolidated_member_named_dot_dot_cannot_read_the_parent(tmp_path):
+    """A hostile store: its consolidated metadata lists an array called "..", whose chunks would be ../c/0."""
+    parent = zarr.create_array(str(tmp_path), shape=(4,), chunks=(4,), dtype="i4", dimension_names=["x"])
+    parent[:] = 42  # tmp_path/c/0: outside the store below
+    member = json.loads((tmp_path / "zarr.json").read_text())
+    os.makedirs(tmp_path / "inner.zarr")
+    (tmp_path / "inner.zarr" / "zarr.json").write_text(json.dumps({
+        "zarr_format": 3, "node_type": "group", "attributes": {},
+        "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {"..": member}},
+    }))
+    with pytest.raises(ValueError, match=r"Got '../c/0' on file://.*inner.zarr instead"):
+        xr.open_dataset(tmp_path / "inner.zarr", engine="zarrmax", consolidated=True)[".."].values

@@ -131,6 +131,17 @@ def check_size(source: ByteSource, key: str, size: int, max_size: int) -> None:
         )
 
 
+def _checked_key(source: ByteSource, key: str) -> str:
+    """``key`` if it names an object inside the store, else ValueError (as zarr-python's normalize_path): no
+    key, whatever the metadata or the caller says, may read outside the store's root."""
+    if key.startswith("/") or any(segment in (".", "..") for segment in key.split("/")):
+        raise ValueError(
+            f"expected a key inside the store: relative, without '.' or '..' segments. Got {key!r} on "
+            f"{source.label} instead."
+        )
+    return key
+
+
 def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
     """Fill ``buf`` from ``offset`` (reads may come back short); returns the bytes read, fewer only at EOF."""
     view = memoryview(buf).cast("B")
@@ -160,7 +171,7 @@ class LocalSource(ByteSource):
         return (LocalSource, (str(self.root),))
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+        return os.path.join(self.root, *_checked_key(self, key).split("/"))
 
     def _open(self, key: str) -> int | None:
         try:
@@ -496,6 +507,7 @@ class ZarrStoreSource(ByteSource):
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
 
+        _checked_key(self, key)  # a zarr LocalStore reads "../x" outside its root
         try:
             async with request_slot():
                 buf = await self.store.get(key, prototype=default_buffer_prototype(), byte_range=byte_range)
@@ -529,9 +541,10 @@ class ZarrStoreSource(ByteSource):
         return None if data is None else (data, None)
 
     async def list_dir(self, prefix: str) -> list[str]:
+        path = _checked_key(self, prefix.strip("/"))
         accounting.record(self.label, "list", prefix)
         try:
-            return sorted({name.rstrip("/") async for name in self.store.list_dir(prefix.strip("/"))})
+            return sorted({name.rstrip("/") async for name in self.store.list_dir(path)})
         except FileNotFoundError:
             return []
         except Exception as err:
