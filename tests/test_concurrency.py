@@ -4,13 +4,15 @@ were when each was sent. The interleavings are forced with events, never with sl
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from xarray_zarrmax import get_config, set_config
+from xarray_zarrmax._budget import request_slot
 
 # -- set_config -------------------------------------------------------------------------------------------------
 
@@ -94,3 +96,122 @@ def test_an_invalid_change_changes_nothing():
         with set_config(no_such_setting=1):
             pass
     assert get_config() == before
+
+
+# -- the request budget -----------------------------------------------------------------------------------------
+
+
+async def settle() -> None:
+    """Let every runnable task run until it waits: the loop runs nothing else, so a few turns are enough."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+class FakeRequests:
+    """Requests that hold their slot until their gate opens, counting how many are in flight at once."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.entered: list[str] = []
+        self.finished = 0
+
+    async def send(self, name: str, gate: asyncio.Event) -> None:
+        async with request_slot():
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            self.entered.append(name)
+            try:
+                await gate.wait()
+            finally:
+                self.in_flight -= 1
+        self.finished += 1
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())  # a loop of its own: a fresh budget, nothing shared with other tests
+
+
+def test_requests_sent_under_different_concurrency_share_one_budget():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        with set_config(concurrency=4):
+            tasks = [asyncio.create_task(fake.send(f"a{i}", gate)) for i in range(10)]
+            await settle()
+            assert fake.in_flight == 4
+        with set_config(concurrency=6):
+            tasks += [asyncio.create_task(fake.send(f"b{i}", gate)) for i in range(10)]
+            await settle()
+            assert fake.in_flight == 6  # the raised capacity, not 4 + 6
+            assert fake.entered[4:] == ["a4", "a5"]  # first come, first served, whatever the setting
+            gate.set()
+            await asyncio.gather(*tasks)
+
+    run(scenario)
+    assert fake.peak == 6 and fake.finished == 20
+
+
+def test_a_lowered_capacity_takes_effect_as_slots_are_released():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gates = [asyncio.Event() for _ in range(8)]
+        with set_config(concurrency=4):
+            tasks = [asyncio.create_task(fake.send(f"r{i}", g)) for i, g in enumerate(gates)]
+            await settle()
+            assert fake.entered == ["r0", "r1", "r2", "r3"]
+            with set_config(concurrency=2):
+                in_flight_after_each_release = []
+                for gate in gates[:4]:
+                    gate.set()
+                    await settle()
+                    in_flight_after_each_release.append(fake.in_flight)
+                assert in_flight_after_each_release == [3, 2, 2, 2]
+                assert fake.entered == ["r0", "r1", "r2", "r3", "r4", "r5"]
+            for gate in gates:
+                gate.set()
+            await asyncio.gather(*tasks)
+
+    run(scenario)
+    assert fake.peak == 4 and fake.finished == 8
+
+
+def test_cancelled_waiters_neither_leak_nor_lose_a_slot():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gates = {name: asyncio.Event() for name in ("w1", "w2", "w3", "w4", "x", "y")}
+        with set_config(concurrency=1):
+            slot = request_slot()
+            await slot.acquire()  # the test holds the only slot
+            tasks = {n: asyncio.create_task(fake.send(n, gates[n])) for n in ("w1", "w2")}
+            await settle()
+            tasks["w1"].cancel()  # cancelled while queued
+            await settle()
+            slot.release()
+            await settle()
+            assert fake.entered == ["w2"]  # the slot passed over w1
+
+            tasks.update({n: asyncio.create_task(fake.send(n, gates[n])) for n in ("w3", "w4")})
+            await settle()
+            gates["w2"].set()
+            await asyncio.sleep(0)  # w2 wakes, releases and hands the slot to w3, whose task has not run yet
+            tasks["w3"].cancel()  # cancelled as the slot arrives: it must pass the slot on to w4
+            await settle()
+            assert fake.entered == ["w2", "w4"]
+            assert tasks["w3"].cancelled() and tasks["w1"].cancelled()
+
+            gates["w4"].set()
+            await settle()
+            # exactly one slot is left: of two new requests, one gets in and one waits
+            tasks.update({n: asyncio.create_task(fake.send(n, gates[n])) for n in ("x", "y")})
+            await settle()
+            assert fake.entered == ["w2", "w4", "x"] and fake.in_flight == 1
+            gates["x"].set()
+            gates["y"].set()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    run(scenario)
+    assert fake.in_flight == 0 and fake.finished == 4
