@@ -15,7 +15,7 @@ import obstore.exceptions as oe
 import pytest
 import xarray as xr
 import zarr
-from obstore.store import S3Store
+from obstore.store import HTTPStore, S3Store
 from zarr.storage import LocalStore, MemoryStore
 
 from xarray_zarrmax import StoreAccessError, request_counts
@@ -75,6 +75,8 @@ def test_secrets_in_finds_credentials_and_endpoint_passwords():
     options = {"endpoint": "http://user:pw1234@host:9000", "secret_access_key": "S3CRET", "access_key_id": "AKIA",
                "aws_session_token": "TOK123", "skip_signature": "true", "region": "us-east-1"}
     assert set(secrets_in(options)) == {"pw1234", "S3CRET", "TOK123"}
+    presigned = {"url": "https://host/data?key=KEY-VALUE&sig=ab%2Fcd"}  # any name: the query is the credential
+    assert secrets_in(presigned) == ("KEY-VALUE", "ab/cd")
 
 
 # -- scrubbed -------------------------------------------------------------------------------------------------
@@ -163,6 +165,28 @@ def test_known_secret_in_an_obstore_error_is_masked_also_after_unpickling():
             run_sync(source._call("GET", "k", echoes_credentials, "k"))
         text = everything_shown(info.value) + repr(source) + source.label
         assert "S3CRET-VALUE" not in text and "SESSION-TOKEN-VALUE" not in text
+
+
+def test_presigned_http_store_query_never_in_the_error():
+    """An HTTPStore keeps its URL's query and sends it with every request; obstore's errors quote it."""
+    store = HTTPStore.from_url(f"http://127.0.0.1:{free_port()}/data.zarr?key=QUERY-SECRET-1&sig=QUERY-SIG-2",
+                               retry_config=NO_RETRIES)
+    with pytest.raises(StoreAccessError, match=r"GET 'zarr.json' on HTTPStore\(\) failed") as info:
+        xr.open_dataset(store, engine="zarrmax")
+    text = everything_shown(info.value)
+    assert "QUERY-SECRET-1" not in text and "QUERY-SIG-2" not in text
+    assert "key=***" in text  # obstore's text is still there, masked
+
+
+def test_a_source_scrubs_errors_with_its_own_credentials(tmp_path):
+    """What the zarr-python fallback uses for the errors of the arrays it reads."""
+    store = S3Store("b", endpoint="http://127.0.0.1:1", secret_access_key="S3CRET-VALUE", access_key_id="AKIA",
+                    region="us-east-1")
+    err = RuntimeError("request signed with S3CRET-VALUE failed")
+    for source in (ObstoreSource(store), pickle.loads(pickle.dumps(ObstoreSource(store)))):
+        assert str(source.scrubbed(err)) == "request signed with *** failed"
+        assert "S3CRET-VALUE" not in repr(source) + source.label
+    assert LocalSource(tmp_path).scrubbed(err) is err  # nothing to mask for a local directory
 
 
 class LeakyStore(MemoryStore):

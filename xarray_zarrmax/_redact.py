@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit
 
 from .errors import StoreAccessError
 
@@ -81,21 +81,21 @@ def _literal_forms(secrets: Iterable[str]) -> list[str]:
 
 
 def secrets_in(options: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The secret values in a mapping of store options: values of keys named like credentials, and the
-    password of any URL among the values (an endpoint with ``user:password@``)."""
+    """The secret values in a mapping of store options: values of keys named like credentials, and in any URL
+    among the values its password (an endpoint with ``user:password@``) and its query's values (a presigned
+    URL's, whatever their names)."""
     found: list[str] = []
     for key, value in (options or {}).items():
         if not isinstance(value, str) or not value:
             continue
         if _SECRET_KEY.search(str(key)):
             found.append(value)
-        elif "://" in value and "@" in value:
+        elif "://" in value:
             try:
-                password = urlsplit(value).password
+                url = urlsplit(value)
+                found.extend(v for v in (url.password, *(v for _, v in parse_qsl(url.query))) if v)
             except ValueError:
                 continue
-            if password:
-                found.append(password)
     return tuple(found)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from . import accounting
 from ._budget import request_slot
 from ._loop import gather_or_cancel
-from ._redact import redact, secrets_in
+from ._redact import redact, scrubbed, secrets_in
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -89,6 +89,12 @@ class ByteSource:
     label: str
     #: True when reads are plain file reads that need no event loop.
     is_local: bool = False
+    #: Values to mask in messages about this store (its credentials); never in a label, repr or pickle.
+    _secrets: tuple[str, ...] = ()
+
+    def scrubbed(self, err: BaseException) -> BaseException:
+        """``err`` safe to pass on: see `xarray_zarrmax._redact.scrubbed`, with this store's credentials."""
+        return scrubbed(err, self._secrets)
 
     async def get(self, key: str) -> Buffer | None:
         raise NotImplementedError
@@ -320,7 +326,7 @@ class ObstoreSource(ByteSource):
     def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
         self.label = label or _obstore_label(store)
-        self._secrets = secrets_in(getattr(store, "config", None))  # masked in our messages; rebuilt on unpickle
+        self._secrets = _obstore_secrets(store)  # rebuilt on unpickle, never pickled
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -478,6 +484,14 @@ def _obstore_label(store: Any) -> str:
     if name == "LocalStore":
         return f"file://{prefix}"
     return f"{name}({prefix})"
+
+
+def _obstore_secrets(store: Any) -> tuple[str, ...]:
+    """Credentials in the store's config, and the password and query values of its URL (an HTTPStore made
+    from a presigned URL keeps the query, and obstore's errors quote it)."""
+    options = dict(getattr(store, "config", None) or {})
+    options["url"] = getattr(store, "url", None)
+    return secrets_in(options)
 
 
 def _redact_url(url: str) -> str:
