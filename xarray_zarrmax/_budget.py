@@ -1,25 +1,80 @@
-"""One request budget per process: at most ``config.concurrency`` requests in flight, whoever sends them."""
+"""One request budget per process: at most ``config.concurrency`` requests in flight, whoever sends them.
+
+One limiter per event loop (the process has one I/O loop; tests may run others), whose capacity is read from
+the config each time a slot is asked for or given back. A semaphore per concurrency value would let requests
+sent under different settings each have a full budget (128 + 256 in flight). With one limiter, a raised capacity
+admits queued requests as soon as another request arrives or a slot is released, and a lowered one takes
+effect as slots are released (requests in flight are never interrupted).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import deque
+from types import TracebackType
 
 from .config import get_config
 
+
+class RequestLimiter:
+    """An in-flight counter and a FIFO queue of waiters; ``async with limiter:`` holds one slot.
+
+    Cancellation-safe: a waiter cancelled before it gets a slot leaves the queue, and one cancelled just after
+    a slot was handed to it gives that slot on, so no slot is ever lost or leaked.
+    """
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        if not self._waiters and self.in_flight < get_config().concurrency:
+            self.in_flight += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._hand_out()  # the capacity may have been raised since the queue formed
+        try:
+            await waiter
+        except BaseException:  # cancelled
+            if waiter.done() and not waiter.cancelled():  # a slot was handed over as the cancel came in
+                self.release()
+            elif waiter in self._waiters:  # else `_hand_out` already dropped it
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Give free slots to waiters, oldest first; the slot counts as taken from the moment it is given."""
+        capacity = get_config().concurrency
+        while self._waiters and self.in_flight < capacity:
+            waiter = self._waiters.popleft()
+            if waiter.done():  # cancelled, and its task has not run yet to leave the queue
+                continue
+            self.in_flight += 1
+            waiter.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.release()
+
+
 # Keyed by the loop object itself (weakly): an id() could be reused by a later loop after fork or GC, and a
-# semaphore bound to a dead loop would fail every request.
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
+# limiter whose waiters belong to a dead loop would never wake them.
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RequestLimiter] = weakref.WeakKeyDictionary()
 
 
-def request_slot() -> asyncio.Semaphore:
-    """The semaphore every network request of this process acquires (per loop, per concurrency setting)."""
+def request_slot() -> RequestLimiter:
+    """The limiter every request of this process goes through: ``async with request_slot(): ...``."""
     loop = asyncio.get_running_loop()
-    concurrency = get_config().concurrency
-    per_loop = _semaphores.setdefault(loop, {})
-    sem = per_loop.get(concurrency)
-    if sem is None:
-        sem = per_loop[concurrency] = asyncio.Semaphore(concurrency)
-    return sem
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = RequestLimiter()
+    return limiter

@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+from ._redact import redact, secrets_in
+
 
 def _options(pairs: list[str]) -> dict[str, Any]:
     options: dict[str, Any] = {}
@@ -42,8 +44,8 @@ def info(args: argparse.Namespace) -> int:
     with request_counts() as counts:
         ds = _open(args, None)
     elapsed = time.perf_counter() - start
-    print(f"{args.url}: opened in {elapsed:.3f} s with {counts.total('get')} GET and {counts.total('list')} LIST "
-          f"requests ({counts.total('bytes')} bytes)")
+    print(f"{redact(args.url)}: opened in {elapsed:.3f} s with {counts.total('get')} GET and "
+          f"{counts.total('list')} LIST requests ({counts.total('bytes')} bytes)")
     print(f"dimensions: {dict(ds.sizes)}")
     for name, var in ds.variables.items():
         enc = var.encoding
@@ -68,7 +70,7 @@ def bench(args: argparse.Namespace) -> int:
     names = args.variable or list(ds.data_vars)
     missing = [n for n in names if n not in ds]
     if missing:
-        print(f"zarrmax: no variables {missing} in {args.url}; it has {list(ds.data_vars)}", file=sys.stderr)
+        print(f"zarrmax: no variables {missing} in {redact(args.url)}; it has {list(ds.data_vars)}", file=sys.stderr)
         return 2
     arrays = [ds[n].data for n in names]
     nbytes = sum(a.nbytes for a in arrays)
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"info": info, "bench": bench}[args.command](args)
     except (FileNotFoundError, ValueError, OSError) as err:
-        print(f"zarrmax: {type(err).__name__}: {err}", file=sys.stderr)
+        # errors from zarr-python (arrays it reads for us) are not masked where they arise
+        print(f"zarrmax: {type(err).__name__}: {redact(str(err), secrets_in(_options(args.option)))}", file=sys.stderr)
         return 1
 
 

@@ -1,8 +1,8 @@
 """One place for the knobs, with ``XARRAY_ZARRMAX_*`` environment overrides.
 
 >>> import xarray_zarrmax
->>> xarray_zarrmax.config.concurrency
-64
+>>> xarray_zarrmax.get_config().concurrency
+128
 >>> with xarray_zarrmax.set_config(concurrency=256):
 ...     ...
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,7 +90,20 @@ def config_from_env(environ: dict[str, str] | None = None) -> Config:
     return Config(**overrides)  # type: ignore[arg-type]
 
 
-_current: Config = config_from_env()
+_base: Config = config_from_env()
+_current: Config = _base
+# The open set_config blocks' changes, in the order the blocks were entered. A block's exit removes its own
+# entry wherever it is: "restore what was there on entry" is wrong as soon as blocks in two threads overlap.
+_overrides: list[tuple[object, dict[str, object]]] = []
+_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # a lock held by a thread that did not survive fork would never open
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def get_config() -> Config:
@@ -97,13 +111,35 @@ def get_config() -> Config:
     return _current
 
 
+def _recompute() -> Config:
+    config = _base
+    for _, changes in _overrides:
+        config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+    return config
+
+
 @contextlib.contextmanager
 def set_config(**changes: object) -> Iterator[Config]:
-    """Change settings for the duration of a ``with`` block (process-wide)."""
+    """Change settings for the duration of a ``with`` block, for the whole process.
+
+    Process-wide, not per thread: dask's worker threads and the I/O loop's thread see the settings of a block
+    entered in the main thread. Blocks may overlap, in one thread or several, and exit in any order: the
+    settings in force are always the defaults (with ``XARRAY_ZARRMAX_*`` overrides) changed by each open
+    block, in the order the blocks were entered (so a later block wins a setting two blocks change). A block's
+    exit withdraws exactly its own changes, whatever blocks opened or closed meanwhile.
+
+    Yields the settings in force on entry. Invalid values raise ValueError, and unknown names TypeError,
+    before anything changes.
+    """
     global _current
-    previous = _current
-    _current = dataclasses.replace(previous, **changes)  # type: ignore[arg-type]
+    token = object()
+    with _lock:
+        entered = dataclasses.replace(_current, **changes)  # type: ignore[arg-type]  # validates first
+        _overrides.append((token, dict(changes)))
+        _current = entered
     try:
-        yield _current
+        yield entered
     finally:
-        _current = previous
+        with _lock:
+            _overrides[:] = [entry for entry in _overrides if entry[0] is not token]
+            _current = _recompute()

@@ -33,6 +33,7 @@ import numpy as np
 from . import accounting
 from ._budget import request_slot
 from ._loop import gather_or_cancel
+from ._redact import redact, scrubbed, secrets_in
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -85,6 +86,14 @@ def nbytes(buf: Buffer | Segments) -> int:
     return len(buf) if isinstance(buf, Segments) else len(memoryview(buf).cast("B"))
 
 
+class RequestFailed(StoreAccessError):
+    """A request the store answered with an error (``status``: its HTTP status, where it said)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ObjectChanged(Exception):
     """The object is no longer the version a read started from (rewritten or deleted): read it afresh."""
 
@@ -114,6 +123,12 @@ class ByteSource:
     label: str
     #: True when reads are plain file reads that need no event loop.
     is_local: bool = False
+    #: Values to mask in messages about this store (its credentials); never in a label, repr or pickle.
+    _secrets: tuple[str, ...] = ()
+
+    def scrubbed(self, err: BaseException) -> BaseException:
+        """``err`` safe to pass on: see `xarray_zarrmax._redact.scrubbed`, with this store's credentials."""
+        return scrubbed(err, self._secrets)
 
     async def get(self, key: str) -> Buffer | None:
         raise NotImplementedError
@@ -160,6 +175,17 @@ def check_size(source: ByteSource, key: str, size: int, max_size: int) -> None:
             f"{key!r} on {source.label} is {size} bytes, more than the {max_size} its array's chunk layout "
             "can encode to: refusing to read it"
         )
+
+
+def _checked_key(source: ByteSource, key: str) -> str:
+    """``key`` if it names an object inside the store, else ValueError (as zarr-python's normalize_path): no
+    key, whatever the metadata or the caller says, may read outside the store's root."""
+    if key.startswith("/") or any(segment in (".", "..") for segment in key.split("/")):
+        raise ValueError(
+            f"expected a key inside the store: relative, without '.' or '..' segments. Got {key!r} on "
+            f"{source.label} instead."
+        )
+    return key
 
 
 def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
@@ -210,7 +236,7 @@ class LocalSource(ByteSource):
         return (LocalSource, (str(self.root),))
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+        return os.path.join(self.root, *_checked_key(self, key).split("/"))
 
     def _open(self, key: str) -> int | None:
         try:
@@ -370,6 +396,7 @@ class ObstoreSource(ByteSource):
     def __init__(self, store: Any, label: str | None = None) -> None:
         self.store = store
         self.label = label or _obstore_label(store)
+        self._secrets = _obstore_secrets(store)  # rebuilt on unpickle, never pickled
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -388,6 +415,7 @@ class ObstoreSource(ByteSource):
         retries = get_config().retries
         for attempt in range(retries + 1):
             body_started = False
+            failure: BaseException
             try:
                 async with request_slot():
                     result = await fn(self.store, *args, **kwargs)
@@ -398,23 +426,27 @@ class ObstoreSource(ByteSource):
             except FileNotFoundError:
                 raise
             except oe.NotFoundError:
-                raise FileNotFoundError(key) from None
+                failure = FileNotFoundError(key)
             except oe.PreconditionError:
-                raise ObjectChanged(key) from None  # If-Match failed: the object was rewritten
+                failure = ObjectChanged(key)  # If-Match failed: the object was rewritten
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
-                raise StoreAccessError(
+                failure = StoreAccessError(
                     f"{what} {key!r} on {self.label} was refused: check the credentials "
-                    f"({type(err).__name__}: {_first_line(err)})"
-                ) from None
+                    f"({type(err).__name__}: {_first_line(err, self._secrets)})"
+                )
             except Exception as err:
-                if "NoSuchBucket" in str(err):
-                    raise FileNotFoundError(f"{self.label}: the bucket does not exist") from None
                 if body_started and attempt < retries and _is_transient(err):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
-                raise StoreAccessError(
-                    f"{what} {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
-                ) from None
+                if "NoSuchBucket" in str(err):
+                    failure = FileNotFoundError(f"{self.label}: the bucket does not exist")
+                else:
+                    failure = RequestFailed(
+                        f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
+                        f"{_first_line(err, self._secrets)}", _status(err))
+            # Raised outside the except clause: not even __context__ keeps the store's own text, which may
+            # hold what was masked above.
+            raise failure
         raise AssertionError("unreachable")
 
     async def get(self, key: str) -> Buffer | None:
@@ -450,8 +482,8 @@ class ObstoreSource(ByteSource):
         split = get_config().split_size
         try:
             head = await self._get_versioned("GET", key, {"range": (0, split)})
-        except StoreAccessError as err:
-            if _status(err.__cause__ or err) != 416:
+        except RequestFailed as err:
+            if err.status != 416:
                 raise
             # an empty object has no first byte to ask for
             head = await self._get_versioned("GET", key, {})
@@ -527,8 +559,9 @@ class ObstoreSource(ByteSource):
         return self._zarr_store
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
+def _first_line(err: BaseException, secrets: Sequence[str] = ()) -> str:
+    """The first line of a third party's error, credentials masked (see `redact`)."""
+    text = redact(str(err), secrets).strip().splitlines()
     return text[0][:300] if text else ""
 
 
@@ -544,12 +577,21 @@ def _obstore_label(store: Any) -> str:
     return f"{name}({prefix})"
 
 
+def _obstore_secrets(store: Any) -> tuple[str, ...]:
+    """Credentials in the store's config, and the password and query values of its URL (an HTTPStore made
+    from a presigned URL keeps the query, and obstore's errors quote it)."""
+    options = dict(getattr(store, "config", None) or {})
+    options["url"] = getattr(store, "url", None)
+    return secrets_in(options)
+
+
 def _redact_url(url: str) -> str:
+    """``url`` without its userinfo, and with any credential in its query masked."""
     parsed = urlparse(url)
     if parsed.password or parsed.username:
         host = parsed.hostname or ""
-        return parsed._replace(netloc=host + (f":{parsed.port}" if parsed.port else "")).geturl()
-    return url
+        url = parsed._replace(netloc=host + (f":{parsed.port}" if parsed.port else "")).geturl()
+    return redact(url)
 
 
 # -- any zarr Store (MemoryStore, Icechunk, FsspecStore, ...) -------------------------------------------
@@ -567,6 +609,8 @@ class ZarrStoreSource(ByteSource):
         self.store = store
         self.label = label or f"{type(store).__name__}@{id(store):x}"
         self.snapshot = _immutable_snapshot(store)
+        # an FsspecStore's options hold its credentials: masked in our messages
+        self._secrets = secrets_in(getattr(getattr(store, "fs", None), "storage_options", None))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
@@ -574,15 +618,19 @@ class ZarrStoreSource(ByteSource):
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
 
+        _checked_key(self, key)  # a zarr LocalStore reads "../x" outside its root
+        failure: BaseException | None = None
         try:
             async with request_slot():
                 buf = await self.store.get(key, prototype=default_buffer_prototype(), byte_range=byte_range)
         except FileNotFoundError:
             buf = None
         except Exception as err:
-            raise StoreAccessError(
-                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err)}"
-            ) from err
+            failure = StoreAccessError(
+                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
+            )
+        if failure is not None:
+            raise failure  # outside the except clause: not even __context__ keeps the store's own text
         data = None if buf is None else buf.as_numpy_array().view(np.uint8).reshape(-1)
         accounting.record(self.label, "get", key, 0 if data is None else len(data))
         return data
@@ -624,11 +672,17 @@ class ZarrStoreSource(ByteSource):
         return self._fetched(await self._get(key, RangeByteRequest(0, nbytes)), None)
 
     async def list_dir(self, prefix: str) -> list[str]:
+        path = _checked_key(self, prefix.strip("/"))
         accounting.record(self.label, "list", prefix)
         try:
-            return sorted({name.rstrip("/") async for name in self.store.list_dir(prefix.strip("/"))})
+            return sorted({name.rstrip("/") async for name in self.store.list_dir(path)})
         except FileNotFoundError:
             return []
+        except Exception as err:
+            failure = StoreAccessError(
+                f"LIST {prefix!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
+            )
+        raise failure  # outside the except clause: not even __context__ keeps the store's own text
 
     def zarr_store(self) -> Any:
         return self.store
@@ -663,7 +717,10 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
 
     parsed = urlparse(url)
     if not parsed.netloc:
-        raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {url!r} instead.")
+        raise ValueError(f"expected an S3 URL of the form s3://bucket/path. Got {redact(url)!r} instead.")
+    if "@" in parsed.netloc:  # else "key:secret@bucket" would become the bucket name, shown in every label
+        raise ValueError(f"expected an S3 URL of the form s3://bucket/path, with credentials in storage_options. "
+                         f"Got credentials in the URL: {redact(url)!r}")
     options = dict(storage_options or {})
     client_options = dict(options.pop("client_options", {}) or {})
     retry_config = options.pop("retry_config", None) or default_retry_config()
@@ -682,10 +739,13 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
         store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None,
                         client_options=cast(Any, client_options), retry_config=cast(Any, retry_config), **options)
     except Exception as err:
-        raise ValueError(
-            f"could not configure S3 store for {url!r}: {type(err).__name__}: {_first_line(err)}"
-        ) from None
-    return ObstoreSource(store)
+        failure = ValueError(
+            f"could not configure S3 store for {redact(url)!r}: {type(err).__name__}: "
+            f"{_first_line(err, secrets_in(options) + secrets_in(client_options))}"
+        )
+    else:
+        return ObstoreSource(store)
+    raise failure  # outside the except clause: not even __context__ keeps obstore's own text
 
 
 def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
@@ -706,7 +766,7 @@ def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None
         elif "://" in target:
             raise ValueError(
                 f"expected a local path, file:// or s3:// URL. Got a URL with scheme {target.split('://')[0]!r}: "
-                f"{target!r}; pass an obstore or zarr Store for other protocols"
+                f"{redact(target)!r}; pass an obstore or zarr Store for other protocols"
             )
         path = Path(target).expanduser()
         if not path.exists():

@@ -1,0 +1,217 @@
+"""Process-wide settings and the request budget stay right when threads and tasks overlap: overlapping
+`set_config` blocks never leave a change behind, and one budget bounds every request whatever the settings
+were when each was sent. The interleavings are forced with events, never with sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from xarray_zarrmax import get_config, set_config
+from xarray_zarrmax._budget import request_slot
+
+# -- set_config -------------------------------------------------------------------------------------------------
+
+
+def run_threads(*steps: Callable[[], None]) -> None:
+    threads = [threading.Thread(target=step) for step in steps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck: an event was never set"
+
+
+def overlap(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Thread A enters a block with ``first``, thread B one with ``second``; A exits, then B: the order that a
+    save-and-restore set_config gets wrong. Returns the settings each thread saw at each step."""
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, Any] = {}
+
+    def thread_a() -> None:
+        with set_config(**first):
+            a_in.set()
+            assert b_in.wait(10)
+        seen["after A exits"] = get_config()
+        a_out.set()
+
+    def thread_b() -> None:
+        assert a_in.wait(10)
+        with set_config(**second):
+            b_in.set()
+            assert a_out.wait(10)
+            seen["B still in"] = get_config()
+
+    run_threads(thread_a, thread_b)
+    seen["after both"] = get_config()
+    return seen
+
+
+def test_overlapping_blocks_in_two_threads_leave_nothing_behind():
+    before = get_config()
+    seen = overlap({"concurrency": 7}, {"concurrency": 9})
+    assert seen["after A exits"].concurrency == 9  # B's block is still open: its setting stays in force
+    assert seen["B still in"].concurrency == 9
+    assert seen["after both"] == before
+
+
+def test_an_exit_withdraws_only_its_own_changes():
+    before = get_config()
+    seen = overlap({"retries": 5}, {"split_size": 2**10})
+    assert seen["after A exits"].retries == before.retries  # A's change is gone...
+    assert seen["after A exits"].split_size == 2**10  # ...and B's, made after A's, is kept
+    assert seen["after both"] == before
+
+
+def test_a_later_block_wins_a_setting_both_change_until_it_exits():
+    before = get_config()
+    outer = set_config(concurrency=7, retries=1)
+    inner = set_config(concurrency=9)
+    outer.__enter__()
+    inner.__enter__()
+    assert (get_config().concurrency, get_config().retries) == (9, 1)
+    inner.__exit__(None, None, None)
+    assert (get_config().concurrency, get_config().retries) == (7, 1)
+    outer.__exit__(None, None, None)
+    assert get_config() == before
+
+
+def test_a_block_in_the_main_thread_is_seen_by_other_threads():
+    seen = []
+    with set_config(threads=3):
+        run_threads(lambda: seen.append(get_config().threads))
+    assert seen == [3]
+
+
+def test_an_invalid_change_changes_nothing():
+    before = get_config()
+    with pytest.raises(ValueError, match=r"config concurrency must be an integer >= 1. Got 0 instead"):
+        with set_config(concurrency=0):
+            pass
+    with pytest.raises(TypeError, match="unexpected keyword argument 'no_such_setting'"):
+        with set_config(no_such_setting=1):
+            pass
+    assert get_config() == before
+
+
+# -- the request budget -----------------------------------------------------------------------------------------
+
+
+async def settle() -> None:
+    """Let every runnable task run until it waits: the loop runs nothing else, so a few turns are enough."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+class FakeRequests:
+    """Requests that hold their slot until their gate opens, counting how many are in flight at once."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.entered: list[str] = []
+        self.finished = 0
+
+    async def send(self, name: str, gate: asyncio.Event) -> None:
+        async with request_slot():
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            self.entered.append(name)
+            try:
+                await gate.wait()
+            finally:
+                self.in_flight -= 1
+        self.finished += 1
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())  # a loop of its own: a fresh budget, nothing shared with other tests
+
+
+def test_requests_sent_under_different_concurrency_share_one_budget():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        with set_config(concurrency=4):
+            tasks = [asyncio.create_task(fake.send(f"a{i}", gate)) for i in range(10)]
+            await settle()
+            assert fake.in_flight == 4
+        with set_config(concurrency=6):
+            tasks += [asyncio.create_task(fake.send(f"b{i}", gate)) for i in range(10)]
+            await settle()
+            assert fake.in_flight == 6  # the raised capacity, not 4 + 6
+            assert fake.entered[4:] == ["a4", "a5"]  # first come, first served, whatever the setting
+            gate.set()
+            await asyncio.gather(*tasks)
+
+    run(scenario)
+    assert fake.peak == 6 and fake.finished == 20
+
+
+def test_a_lowered_capacity_takes_effect_as_slots_are_released():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gates = [asyncio.Event() for _ in range(8)]
+        with set_config(concurrency=4):
+            tasks = [asyncio.create_task(fake.send(f"r{i}", g)) for i, g in enumerate(gates)]
+            await settle()
+            assert fake.entered == ["r0", "r1", "r2", "r3"]
+            with set_config(concurrency=2):
+                in_flight_after_each_release = []
+                for gate in gates[:4]:
+                    gate.set()
+                    await settle()
+                    in_flight_after_each_release.append(fake.in_flight)
+                assert in_flight_after_each_release == [3, 2, 2, 2]
+                assert fake.entered == ["r0", "r1", "r2", "r3", "r4", "r5"]
+            for gate in gates:
+                gate.set()
+            await asyncio.gather(*tasks)
+
+    run(scenario)
+    assert fake.peak == 4 and fake.finished == 8
+
+
+def test_cancelled_waiters_neither_leak_nor_lose_a_slot():
+    fake = FakeRequests()
+
+    async def scenario() -> None:
+        gates = {name: asyncio.Event() for name in ("w1", "w2", "w3", "w4", "x", "y")}
+        with set_config(concurrency=1):
+            slot = request_slot()
+            await slot.acquire()  # the test holds the only slot
+            tasks = {n: asyncio.create_task(fake.send(n, gates[n])) for n in ("w1", "w2")}
+            await settle()
+            tasks["w1"].cancel()  # cancelled while queued
+            await settle()
+            slot.release()
+            await settle()
+            assert fake.entered == ["w2"]  # the slot passed over w1
+
+            tasks.update({n: asyncio.create_task(fake.send(n, gates[n])) for n in ("w3", "w4")})
+            await settle()
+            gates["w2"].set()
+            await asyncio.sleep(0)  # w2 wakes, releases and hands the slot to w3, whose task has not run yet
+            tasks["w3"].cancel()  # cancelled as the slot arrives: it must pass the slot on to w4
+            await settle()
+            assert fake.entered == ["w2", "w4"]
+            assert tasks["w3"].cancelled() and tasks["w1"].cancelled()
+
+            gates["w4"].set()
+            await settle()
+            # exactly one slot is left: of two new requests, one gets in and one waits
+            tasks.update({n: asyncio.create_task(fake.send(n, gates[n])) for n in ("x", "y")})
+            await settle()
+            assert fake.entered == ["w2", "w4", "x"] and fake.in_flight == 1
+            gates["x"].set()
+            gates["y"].set()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    run(scenario)
+    assert fake.in_flight == 0 and fake.finished == 4
