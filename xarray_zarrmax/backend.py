@@ -74,7 +74,11 @@ def resolve_device(spec: DeviceSpec) -> Any:
 
 
 class FallbackArray(BackendArray):
-    """An array outside the fast path, read by zarr-python: slower, never a different answer."""
+    """An array outside the fast path, read by zarr-python: slower, never a different answer.
+
+    Indexing is zarr-python's own, as in xarray's zarr backend: basic, outer (``oindex``) and vectorized
+    (``vindex``) selections go to zarr as they are, so a few points of a large array read only their chunks.
+    """
 
     def __init__(self, node: ArrayNode, source: ByteSource, reason: str, device: DeviceSpec = None) -> None:
         self.node = node
@@ -98,11 +102,34 @@ class FallbackArray(BackendArray):
                 self._array = zarr_async_array(self.node, self.source)
             return self._array
 
-    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._getitem)
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
+        # With VECTORIZED support xarray hands the key over undecomposed, so its type says how zarr selects.
+        kind = "oindex" if isinstance(key, indexing.OuterIndexer) else \
+            "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
+        return indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.VECTORIZED, lambda k: self._getitem(k, kind)
+        )
 
-    def _getitem(self, key: tuple[Any, ...]) -> Any:
-        host = np.asarray(run_sync(self.zarr_array().getitem(key)))
+    async def read_async(self, key: tuple[Any, ...], kind: str = "basic") -> np.ndarray:
+        """zarr-python's answer to a basic, ``oindex`` or ``vindex`` selection, as a NumPy array of `dtype`."""
+        try:
+            array = self.zarr_array()
+            if kind == "oindex":
+                value = await array.oindex.getitem(key)
+            elif kind == "vindex":
+                value = await array.vindex.getitem(key)
+            else:
+                value = await array.getitem(key)
+        except Exception:
+            # The single place where zarr-python's exceptions leave FallbackArray (route them through
+            # `_redact.scrubbed` here: their messages may carry store URLs and keys).
+            raise
+        # A scalar selection comes back as a Python or NumPy scalar: as engine="zarr", keep the array's dtype
+        # (StringDType, "<U5", "|S5"), which np.asarray of the scalar alone would narrow to "<U1" and the like.
+        return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=self.dtype)
+
+    def _getitem(self, key: tuple[Any, ...], kind: str = "basic") -> Any:
+        host = run_sync(self.read_async(key, kind))
         if self.device is None:
             return host
         device = resolve_device(self.device)  # decoded on the CPU by zarr-python, then one copy over
@@ -259,7 +286,7 @@ class ZarrmaxStore(AbstractDataStore):
             values = await read_box_async(wrapper.plan, self.source, box, self.token)
         else:
             assert isinstance(wrapper, FallbackArray)
-            values = np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))
+            values = await wrapper.read_async(tuple(slice(None) for _ in wrapper.shape))
         self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:

@@ -1,0 +1,101 @@
+"""The fallback is total and faithful: whatever zarr-python reads, engine="zarrmax" reads, with the same values,
+dtypes and encoding; what the fast path reads is decided from the stored metadata document alone."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from zarr.storage import MemoryStore, WrapperStore
+
+from xarray_zarrmax.backend import ZarrmaxStore
+from xarray_zarrmax.stores import resolve_source
+
+
+def open_both(target: Any, **kw: Any) -> tuple[xr.Dataset, xr.Dataset]:
+    ours = xr.open_dataset(target, engine="zarrmax", **kw)
+    oracle = xr.open_dataset(target, engine="zarr", consolidated=False, **kw)
+    return ours, oracle
+
+
+def wrapper_kinds(target: Any) -> dict[str, str]:
+    store = ZarrmaxStore.open(resolve_source(target))
+    return {name: type(var._data.array).__name__ for name, var in store.get_variables().items()}
+
+
+# -- what the fallback returns -----------------------------------------------------------------------------
+
+
+def string_dataset() -> xr.Dataset:
+    words = ["alpha", "b", "gam"]
+    return xr.Dataset({
+        "vlen": (("x",), np.array(words, dtype=object)),
+        "fixed": (("x",), np.array(words, dtype="<U5")),
+        "raw": (("x",), np.array([w.encode() for w in words], dtype="S5")),
+        "scalar": ((), np.array("hello", dtype=object)),
+        "fixed_scalar": ((), np.array("hey", dtype="<U3")),
+    })
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("chunks", [None, {}])
+def test_fallback_keeps_the_dtype_of_scalar_and_0d_selections(tmp_path, zarr_format, chunks):
+    path = tmp_path / "s.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's warnings about v3 string and bytes data types
+        string_dataset().to_zarr(path, zarr_format=zarr_format, mode="w", consolidated=False)
+        ours, oracle = open_both(path, chunks=chunks)
+        for name in ("vlen", "fixed", "raw", "scalar", "fixed_scalar"):
+            for selection in ({}, {"x": 1}, {"x": -1}, {"x": [0, 2]}):
+                if selection and "x" not in oracle[name].dims:
+                    continue
+                a, b = ours[name].isel(selection).values, oracle[name].isel(selection).values
+                assert (a.dtype, a.tolist()) == (b.dtype, b.tolist()), (name, selection)
+
+
+class KeyRecordingStore(WrapperStore[MemoryStore]):
+    """Records the key of every GET zarr-python or zarrmax sends."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.keys: list[str] = []
+
+    async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+        self.keys.append(key)
+        return await super().get(key, prototype, byte_range)
+
+
+def delta_filtered_array(n: int = 100) -> tuple[KeyRecordingStore, np.ndarray]:
+    """A (n, 3) v2 array with a Delta filter (outside the fast path), one chunk per row."""
+    import numcodecs
+
+    values = np.arange(n * 3, dtype="i4").reshape(n, 3) % 7
+    store = KeyRecordingStore(MemoryStore())
+    xr.Dataset({"v": (("x", "y"), values)}).to_zarr(
+        store, zarr_format=2, consolidated=False,
+        encoding={"v": {"chunks": (1, 3), "filters": [numcodecs.Delta(dtype="i4")]}},
+    )
+    return store, values
+
+
+def test_fallback_outer_selection_reads_only_its_chunks():
+    store, values = delta_filtered_array()
+    assert wrapper_kinds(store) == {"v": "FallbackArray"}
+    ds = xr.open_dataset(store, engine="zarrmax")
+    store.keys.clear()
+    np.testing.assert_array_equal(ds["v"].isel(x=[0, 99], y=[2, 0]).values, values[[0, 99]][:, [2, 0]])
+    assert sorted(store.keys) == ["v/0.0", "v/99.0"]  # not the 98 chunks between them
+
+
+def test_fallback_vectorized_selection_matches_zarr_and_reads_only_its_chunks():
+    store, values = delta_filtered_array()
+    points = {"x": xr.DataArray([3, 97, 3], dims="p"), "y": xr.DataArray([0, 2, 1], dims="p")}
+    oracle = xr.open_dataset(store, engine="zarr", consolidated=False)["v"].isel(points).values
+    ds = xr.open_dataset(store, engine="zarrmax")
+    store.keys.clear()
+    np.testing.assert_array_equal(ds["v"].isel(points).values, oracle)
+    np.testing.assert_array_equal(oracle, values[[3, 97, 3], [0, 2, 1]])
+    assert sorted(set(store.keys)) == ["v/3.0", "v/97.0"]
