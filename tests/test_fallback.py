@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
 from xarray_zarrmax.backend import ZarrmaxStore
@@ -99,3 +100,26 @@ def test_fallback_vectorized_selection_matches_zarr_and_reads_only_its_chunks():
     np.testing.assert_array_equal(ds["v"].isel(points).values, oracle)
     np.testing.assert_array_equal(oracle, values[[3, 97, 3], [0, 2, 1]])
     assert sorted(set(store.keys)) == ["v/3.0", "v/97.0"]
+
+
+# -- errors while variables are built ---------------------------------------------------------------------
+
+
+def test_error_building_a_variable_on_arrival_is_raised_not_rebuilt(tmp_path, monkeypatch):
+    group = zarr.open_group(tmp_path / "e.zarr", mode="w", zarr_format=3)
+    group.create_array("v", shape=(4,), chunks=(2,), dtype="f8", dimension_names=["x"])[:] = 1.0
+    first = RuntimeError("building 'v' failed on arrival")
+    calls = []
+    real = ZarrmaxStore.open_store_variable
+
+    def fails_once(self: ZarrmaxStore, node: Any) -> Any:
+        calls.append(node.name)
+        if len(calls) == 1:
+            raise first
+        return real(self, node)  # a second try would succeed: the error must not vanish behind it
+
+    monkeypatch.setattr(ZarrmaxStore, "open_store_variable", fails_once)
+    with pytest.raises(RuntimeError, match="building 'v' failed on arrival") as info:
+        xr.open_dataset(tmp_path / "e.zarr", engine="zarrmax")
+    assert info.value is first
+    assert calls == ["v"]

@@ -161,6 +161,7 @@ class ZarrmaxStore(AbstractDataStore):
         self._preloaded: dict[str, np.ndarray] = {}
         self._structures: dict[int, _Structure] = {}
         self._variables: dict[str, Variable] = {}  # built while the rest of the metadata is in flight
+        self._errors: dict[str, Exception] = {}  # raised by building a variable on arrival, for get_variables
 
     @classmethod
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
@@ -275,8 +276,8 @@ class ZarrmaxStore(AbstractDataStore):
             await self.preload_index(node)
         try:
             self._variables[node.name] = self.open_store_variable(node)
-        except Exception:
-            pass  # not lost: get_variables builds it again and raises there, where errors have always surfaced
+        except Exception as err:
+            self._errors[node.name] = err  # raised from get_variables, where errors have always surfaced
 
     async def preload_index(self, node: ArrayNode) -> None:
         """Read an index coordinate's values."""
@@ -290,11 +291,12 @@ class ZarrmaxStore(AbstractDataStore):
         self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:
-        built = self._variables
-        return FrozenDict(
-            (name, built[name] if name in built else self.open_store_variable(node))
-            for name, node in self.group.arrays.items()
-        )
+        variables = {}
+        for name, node in self.group.arrays.items():
+            if name in self._errors:
+                raise self._errors[name]  # the error building it on arrival: the same object, not a second try
+            variables[name] = self._variables[name] if name in self._variables else self.open_store_variable(node)
+        return FrozenDict(variables)
 
     def get_attrs(self) -> Mapping[str, Any]:
         return {k: v for k, v in self.group.attributes.items() if not k.lower().startswith("_nc")}
