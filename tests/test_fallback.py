@@ -12,6 +12,7 @@ import xarray as xr
 import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
+from tests.test_backend import assert_same_dataset
 from xarray_zarrmax.backend import ZarrmaxStore
 from xarray_zarrmax.stores import resolve_source
 
@@ -25,6 +26,42 @@ def open_both(target: Any, **kw: Any) -> tuple[xr.Dataset, xr.Dataset]:
 def wrapper_kinds(target: Any) -> dict[str, str]:
     store = ZarrmaxStore.open(resolve_source(target))
     return {name: type(var._data.array).__name__ for name, var in store.get_variables().items()}
+
+
+# -- structures the fast path does not know ----------------------------------------------------------------
+
+
+@pytest.fixture
+def rectilinear_chunks():
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        yield
+
+
+@pytest.mark.parametrize("chunks", [{}, None])
+def test_rectilinear_grids_read_as_zarr_reads_them(tmp_path, rectilinear_chunks, chunks):
+    group = zarr.open_group(tmp_path / "r.zarr", mode="w", zarr_format=3)
+    plain = group.create_array("plain", shape=(10, 6), chunks=[[3, 3, 4], 4], dtype="i4", dimension_names=["x", "y"])
+    plain[:] = np.arange(60, dtype="i4").reshape(10, 6)
+    sharded = group.create_array("sharded", shape=(30, 7), chunks=(5, 7), shards=[[10, 20], 7], dtype="f8",
+                                 dimension_names=["t", "z"])
+    sharded[:] = np.arange(210.0).reshape(30, 7)
+    ours, oracle = open_both(tmp_path / "r.zarr", chunks=chunks)
+    assert_same_dataset(ours.compute(), oracle.compute())
+    assert ours["plain"].encoding["preferred_chunks"] == {"x": (3, 3, 4), "y": 4}
+    assert ours["sharded"].encoding["shards"] == ((10, 20), 7)
+    if chunks == {}:
+        assert ours["sharded"].chunks == ((10, 20), (7,))  # one dask chunk per shard, as on the fast path
+    assert wrapper_kinds(tmp_path / "r.zarr") == {"plain": "FallbackArray", "sharded": "FallbackArray"}
+
+
+def test_rectilinear_grid_too_large_is_refused_without_listing_its_chunks(tmp_path, rectilinear_chunks):
+    """2**50 x 3 stored objects: refused at open by max_objects, counted from the grid, not listed chunk by chunk."""
+    from xarray_zarrmax import MetadataError
+
+    group = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=3)
+    group.create_array("v", shape=(2**50, 10), chunks=[1, [3, 3, 4]], dtype="u1", dimension_names=["x", "y"])
+    with pytest.raises(MetadataError, match=r"array 'v' .* declares 3377699720527872 stored objects"):
+        xr.open_dataset(tmp_path / "h.zarr", engine="zarrmax", chunks={})
 
 
 # -- what the fallback returns -----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from .decode import Unsupported, output_dtype
 from .errors import MetadataError
 from .fetch import read_box, read_box_async
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .layout import apply_outer, grid_shape, normalize_selection
+from .layout import apply_outer, normalize_selection
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source
 
@@ -213,20 +213,20 @@ class ZarrmaxStore(AbstractDataStore):
         meta = node.metadata
         structure = self._structure(node)
         wrapper = self.wrapper(node)
-        outer, inner, sharded = structure.outer, structure.inner, structure.sharded
+        outer = structure.outer
         if structure.objects > get_config().max_objects:
             raise MetadataError(
                 f"array {node.name!r} of {self.source.label} declares {structure.objects} stored objects (shape "
                 f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}"
             )
         encoding: dict[str, Any] = {
-            "chunks": inner,
+            "chunks": structure.chunks,
             "preferred_chunks": dict(zip(dims, outer, strict=True)),
         }
         if wrapper.dtype.kind == "T":  # as xarray's zarr backend: keeps NumPy's StringDType through decoding
             encoding["dtype"] = wrapper.dtype
         encoding.update(structure.codecs)
-        encoding["shards"] = outer if sharded else None
+        encoding["shards"] = structure.shards
         if self.mask_with_fill_value(node):
             if meta.fill_value is not None:
                 attrs["_FillValue"] = meta.fill_value
@@ -330,7 +330,7 @@ class _DaskSource:
         return self.wrapper[indexing.BasicIndexer(key)]
 
 
-def _device_dask_array(wrapper: ZarrmaxArray | FallbackArray, chunks: tuple[int, ...], name: str) -> Any:
+def _device_dask_array(wrapper: ZarrmaxArray | FallbackArray, chunks: ChunkSizes, name: str) -> Any:
     """A dask array whose blocks (one per shard) and meta live on the CUDA device.
 
     Built here because xarray gives lazily indexed backend arrays a NumPy meta when it chunks them.
@@ -357,6 +357,10 @@ def codec_encoding(meta: Any) -> dict[str, Any]:
     }
 
 
+#: Per dimension, a chunk size, or the sizes of each chunk along a rectilinear dimension.
+ChunkSizes = tuple[int | tuple[int, ...], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Structure:
     """What follows from an array's structure alone, worked out once for all arrays that share it."""
@@ -364,37 +368,79 @@ class _Structure:
     key: Any  # the structure object (`ArrayNode.structure_key`), kept alive so its id stays unique
     plan: ArrayPlan | None  # the fast path's plan (for a stand-in name), or None: zarr-python reads it
     fallback_reason: str
-    outer: tuple[int, ...]
-    inner: tuple[int, ...]
-    sharded: bool
+    chunks: ChunkSizes  # encoding["chunks"]: the inner chunks, as xarray's zarr backend reports them
+    shards: ChunkSizes | None  # encoding["shards"]
+    outer: ChunkSizes  # a stored object's extent: one dask chunk each
     objects: int
     codecs: dict[str, Any]
 
     @classmethod
     def of(cls, node: ArrayNode) -> _Structure:
         meta = node.metadata
+        shape = tuple(int(s) for s in meta.shape)
         plan: ArrayPlan | None = None
         reason = ""
+        chunks: ChunkSizes
+        shards: ChunkSizes | None
         try:
             plan = plan_array(node.name, node.path, meta)
-            outer, inner, sharded = plan.outer_chunks, plan.inner_chunks, plan.shard is not None
+            chunks, shards = plan.inner_chunks, plan.outer_chunks if plan.shard is not None else None
         except Unsupported as why:
             reason = str(why)
-            outer, inner, sharded = _grid_of(meta)
-        shape = tuple(int(s) for s in meta.shape)
-        objects = math.prod(int(n) for n in grid_shape(shape, outer))
-        return cls(node.structure_key, plan, reason, outer, inner, sharded, objects, codec_encoding(meta))
+            chunks, shards = zarr_chunk_sizes(meta)
+        outer = shards if shards is not None else chunks
+        return cls(node.structure_key, plan, reason, chunks, shards, outer, _object_count(shape, outer),
+                   codec_encoding(meta))
 
 
-def _grid_of(meta: Any) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
-    """(outer, inner, sharded) chunk shapes of an array zarr-python reads for us."""
-    if meta.zarr_format == 2:
-        return tuple(meta.chunks), tuple(meta.chunks), False
-    outer = tuple(int(c) for c in meta.chunk_grid.chunk_shape)
-    codecs = tuple(meta.codecs)
-    if len(codecs) == 1 and type(codecs[0]).__name__ == "ShardingCodec":
-        return outer, tuple(int(c) for c in codecs[0].chunk_shape), True
-    return outer, outer, False
+def zarr_chunk_sizes(meta: Any) -> tuple[ChunkSizes, ChunkSizes | None]:
+    """(chunks, shards) as xarray's zarr backend reports them, from zarr-python's metadata: a rectilinear
+    dimension as the sizes of its chunks, without listing the chunks of a regular one."""
+    try:
+        chunks: ChunkSizes = tuple(int(c) for c in meta.chunks)
+    except NotImplementedError:  # an unsharded rectilinear grid: the chunks are the stored objects
+        chunks = _storage_chunk_sizes(meta)
+    try:
+        shards = meta.shards
+    except NotImplementedError:  # a sharded rectilinear grid
+        return chunks, _storage_chunk_sizes(meta)
+    return chunks, None if shards is None else tuple(int(s) for s in shards)
+
+
+def _storage_chunk_sizes(meta: Any) -> ChunkSizes:
+    """The stored objects' sizes of a rectilinear grid (``RectilinearChunkGridMetadata.chunk_shapes``)."""
+    specs = meta.chunk_grid.chunk_shapes
+    return tuple(_dimension_sizes(spec, int(n)) for spec, n in zip(specs, meta.shape, strict=True))
+
+
+def _dimension_sizes(spec: int | tuple[int, ...], extent: int) -> int | tuple[int, ...]:
+    """One dimension of a rectilinear grid (a chunk size, or each chunk's edge), clipped to the array."""
+    if isinstance(spec, int):  # regular along this dimension: (c, c, ..., rest) compacts to c
+        return min(spec, extent) if extent else (0,)
+    sizes, start = [], 0
+    for edge in spec:
+        if start >= extent:
+            break
+        sizes.append(min(int(edge), extent - start))
+        start += int(edge)
+    return _compact(tuple(sizes))
+
+
+def _compact(sizes: tuple[int, ...]) -> int | tuple[int, ...]:
+    """One int where the sizes are those of a regular grid, as xarray's zarr backend reports them."""
+    if not sizes:
+        return (0,)
+    if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]:
+        return sizes[0]
+    return sizes
+
+
+def _object_count(shape: tuple[int, ...], outer: ChunkSizes) -> int:
+    counts = (
+        (len(c) if n else 0) if isinstance(c, tuple) else (-(-n // c) if c else 0)
+        for n, c in zip(shape, outer, strict=True)
+    )
+    return math.prod(counts)
 
 
 def _is_device(obj: Any) -> bool:
