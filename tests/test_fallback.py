@@ -3,6 +3,7 @@ dtypes and encoding; what the fast path reads is decided from the stored metadat
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
@@ -62,6 +63,41 @@ def test_rectilinear_grid_too_large_is_refused_without_listing_its_chunks(tmp_pa
     group.create_array("v", shape=(2**50, 10), chunks=[1, [3, 3, 4]], dtype="u1", dimension_names=["x", "y"])
     with pytest.raises(MetadataError, match=r"array 'v' .* declares 3377699720527872 stored objects"):
         xr.open_dataset(tmp_path / "h.zarr", engine="zarrmax", chunks={})
+
+
+class ZstdCodec(zarr.codecs.ZstdCodec):
+    """Not zarr's zstd: zstd of the bytes XOR 0x5A, registered under its own name; only its class is named
+    like one the fast path decodes."""
+
+    NAME = "test.xor_zstd"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ZstdCodec:
+        return cls(**data.get("configuration", {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.NAME, "configuration": {"level": self.level, "checksum": self.checksum}}
+
+    def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        plain = super()._decode_sync(chunk_bytes, chunk_spec).as_numpy_array()
+        return chunk_spec.prototype.buffer.from_array_like(plain ^ np.uint8(0x5A))
+
+    def _encode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        xored = chunk_spec.prototype.buffer.from_array_like(chunk_bytes.as_numpy_array() ^ np.uint8(0x5A))
+        return super()._encode_sync(xored, chunk_spec)
+
+
+def test_support_follows_the_document_not_class_names(tmp_path):
+    zarr.registry.register_codec(ZstdCodec.NAME, ZstdCodec)
+    group = zarr.open_group(tmp_path / "x.zarr", mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(12,), chunks=(4,), dtype="i4", compressors=[ZstdCodec()],
+                             dimension_names=["x"])
+    arr[:] = np.arange(12, dtype="i4")
+    assert json.loads((tmp_path / "x.zarr" / "v" / "zarr.json").read_text())["codecs"][1]["name"] == ZstdCodec.NAME
+    ours, oracle = open_both(tmp_path / "x.zarr")
+    np.testing.assert_array_equal(oracle["v"].values, np.arange(12))
+    xr.testing.assert_identical(ours.load(), oracle.load())
+    assert wrapper_kinds(tmp_path / "x.zarr") == {"v": "FallbackArray"}
 
 
 # -- what the fallback returns -----------------------------------------------------------------------------
@@ -137,6 +173,20 @@ def test_fallback_vectorized_selection_matches_zarr_and_reads_only_its_chunks():
     np.testing.assert_array_equal(ds["v"].isel(points).values, oracle)
     np.testing.assert_array_equal(oracle, values[[3, 97, 3], [0, 2, 1]])
     assert sorted(set(store.keys)) == ["v/3.0", "v/97.0"]
+
+
+def test_fast_path_arrays_stay_on_the_fast_path(tmp_path):
+    """The document whitelist admits what zarr-python writes by default, sharded or not, v2 or v3."""
+    group = zarr.open_group(tmp_path / "f.zarr", mode="w", zarr_format=3)
+    group.create_array("a", shape=(8,), chunks=(2,), shards=(4,), dtype="f4", dimension_names=["x"])[:] = 1
+    group.create_array("b", shape=(8,), chunks=(4,), dtype="u1", compressors=None, dimension_names=["x"])[:] = 2
+    v2 = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=2)
+    v2.create_array("c", shape=(8,), chunks=(4,), dtype=">i8", attributes={"_ARRAY_DIMENSIONS": ["x"]})[:] = 3
+    assert wrapper_kinds(tmp_path / "f.zarr") == {"a": "ZarrmaxArray", "b": "ZarrmaxArray"}
+    assert wrapper_kinds(tmp_path / "g.zarr") == {"c": "ZarrmaxArray"}
+    for path in ("f.zarr", "g.zarr"):
+        ours, oracle = open_both(tmp_path / path)
+        assert_same_dataset(ours.load(), oracle.load())
 
 
 # -- errors while variables are built ---------------------------------------------------------------------

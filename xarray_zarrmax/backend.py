@@ -383,7 +383,7 @@ class _Structure:
         chunks: ChunkSizes
         shards: ChunkSizes | None
         try:
-            plan = plan_array(node.name, node.path, meta)
+            plan = plan_array(node.name, node.path, meta, node.document)
             chunks, shards = plan.inner_chunks, plan.outer_chunks if plan.shard is not None else None
         except Unsupported as why:
             reason = str(why)

@@ -25,11 +25,15 @@ V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs",
 
 @dataclass(frozen=True, slots=True)
 class ArrayNode:
-    """One array: its name in the group, its key prefix in the store, its parsed zarr metadata."""
+    """One array: its name in the group, its key prefix in the store, its metadata document as stored and
+    zarr-python's parse of it."""
 
     name: str
     path: str
     metadata: Any  # zarr ArrayV3Metadata | ArrayV2Metadata
+    # The stored JSON (``zarr.json``, or ``.zarray`` without the attributes): what the fast path reads is decided
+    # from it, not from zarr-python's classes (see plan.plan_array).
+    document: dict[str, Any] = field(compare=False, repr=False)
     # Shared by arrays whose metadata differ only in attributes and dimension names (see MetadataParser), so
     # what follows from structure alone (read plan, codecs) is worked out once per structure, not per array.
     structure: Any = field(default=None, compare=False, repr=False)
@@ -119,7 +123,7 @@ def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, par
         raise MetadataError(
             f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
         ) from None
-    return ArrayNode(name, path, meta, structure)
+    return ArrayNode(name, path, meta, doc, structure)
 
 
 def _array_v2(
@@ -131,7 +135,7 @@ def _array_v2(
         raise MetadataError(
             f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
         ) from None
-    return ArrayNode(name, path, meta, structure)
+    return ArrayNode(name, path, meta, zarray, structure)
 
 
 def _check_format(doc: dict[str, Any], expected: int, key: str, source: ByteSource) -> None:
