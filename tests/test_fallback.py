@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,12 @@ def open_both(target: Any, **kw: Any) -> tuple[xr.Dataset, xr.Dataset]:
 def wrapper_kinds(target: Any) -> dict[str, str]:
     store = ZarrmaxStore.open(resolve_source(target))
     return {name: type(var._data.array).__name__ for name, var in store.get_variables().items()}
+
+
+def edit_json(path: Path, edit: Any) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
 
 
 # -- structures the fast path does not know ----------------------------------------------------------------
@@ -63,6 +70,50 @@ def test_rectilinear_grid_too_large_is_refused_without_listing_its_chunks(tmp_pa
     group.create_array("v", shape=(2**50, 10), chunks=[1, [3, 3, 4]], dtype="u1", dimension_names=["x", "y"])
     with pytest.raises(MetadataError, match=r"array 'v' .* declares 3377699720527872 stored objects"):
         xr.open_dataset(tmp_path / "h.zarr", engine="zarrmax", chunks={})
+
+
+def repaired_store(path: Path, repair: str) -> None:
+    """Arrays whose stored chunk shapes zarr-python repairs when it reads them (zarr.core.metadata.repair);
+    "v" and "u" share a structure, so a parse shared between them would lose one of zarr's warnings."""
+    written_chunks, stored_chunk_shape = REPAIRS[repair]
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    for name, dims in (("v", ["x", "y"]), ("u", ["y2", "x2"])):
+        arr = group.create_array(name, shape=(10, 6), chunks=written_chunks, dtype="i2", dimension_names=dims)
+        if repair != "chunk size 0":  # no chunk can be stored under a chunk size of 0: such arrays hold no data
+            arr[:] = np.arange(60, dtype="i2").reshape(10, 6)
+        store_chunk_shape(path / name, stored_chunk_shape)
+    group.create_array("empty", shape=(0,), chunks=(4,), dtype="f4", dimension_names=["e"])
+    store_chunk_shape(path / "empty", [0])
+
+
+def store_chunk_shape(array_path: Path, chunk_shape: list[Any]) -> None:
+    edit_json(array_path / "zarr.json", lambda d: d["chunk_grid"]["configuration"].update(chunk_shape=chunk_shape))
+
+
+#: (chunks the data is written with, the chunk shape then stored), each read by zarr-python as the first
+REPAIRS = {
+    # a regular grid listing chunk edges is read as the rectilinear grid it means, with a warning
+    "edges in a regular grid": ((5, 3), [[5, 5], 3]),
+    "true as a chunk size": ((5, 1), [5, True]),
+    "chunk size 0": ((1, 3), [0, 3]),
+}
+
+
+@pytest.mark.parametrize("repair", sorted(REPAIRS))
+def test_documents_zarr_repairs_read_as_zarr_reads_them(tmp_path, repair):
+    path = tmp_path / "rep.zarr"
+    repaired_store(path, repair)
+    with warnings.catch_warnings(record=True) as ours_warned:
+        warnings.simplefilter("always")
+        ours = xr.open_dataset(path, engine="zarrmax").load()
+    with warnings.catch_warnings(record=True) as zarr_warned:
+        warnings.simplefilter("always")
+        oracle = xr.open_dataset(path, engine="zarr", consolidated=False).load()
+    assert_same_dataset(ours, oracle)
+    # zarr-python's warnings about how it read a document come once per array, for both engines
+    assert sorted(str(w.message) for w in ours_warned if issubclass(w.category, zarr.errors.ZarrUserWarning)) == \
+        sorted(str(w.message) for w in zarr_warned if issubclass(w.category, zarr.errors.ZarrUserWarning))
+    assert wrapper_kinds(path) == {"v": "FallbackArray", "u": "FallbackArray", "empty": "FallbackArray"}
 
 
 class ZstdCodec(zarr.codecs.ZstdCodec):

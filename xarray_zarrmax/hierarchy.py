@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
@@ -83,11 +85,12 @@ class MetadataParser:
     def __init__(self) -> None:
         self._templates: dict[tuple[int, str], Any] = {}
 
-    def parse(self, doc: dict[str, Any], zarr_format: int) -> Any:
-        return self.parse_with_structure(doc, zarr_format)[0]
+    def parse(self, doc: dict[str, Any], zarr_format: int, path: str | None = None) -> Any:
+        return self.parse_with_structure(doc, zarr_format, path)[0]
 
-    def parse_with_structure(self, doc: dict[str, Any], zarr_format: int) -> tuple[Any, Any]:
-        """The parsed metadata, and the structure object it shares with same-structure arrays (else itself)."""
+    def parse_with_structure(self, doc: dict[str, Any], zarr_format: int, path: str | None = None) -> tuple[Any, Any]:
+        """The parsed metadata, and the structure object it shares with same-structure arrays (else itself).
+        ``path`` names the array in zarr-python's warnings about how it read the document."""
         from zarr.core.metadata.v2 import ArrayV2Metadata
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
@@ -96,18 +99,18 @@ class MetadataParser:
         try:
             key = (zarr_format, json.dumps({k: v for k, v in doc.items() if k not in self._PER_ARRAY}, sort_keys=True))
         except (TypeError, ValueError):
-            meta = cls.from_dict(dict(doc))
+            meta = _from_dict(cls, doc, path)
             return meta, meta
         template = self._templates.get(key)
         simple = isinstance(attrs, dict) and (dims is None or (
             isinstance(dims, list) and all(isinstance(d, str | None) for d in dims)))
         if template is None or not simple:
-            meta = cls.from_dict(dict(doc))
-            if simple and meta._stored_document is None:  # a repaired document is parsed on its own
+            meta = _from_dict(cls, doc, path)
+            if simple and _read_as_stored(doc, zarr_format):
                 self._templates[key] = meta
             return meta, meta
         if dims is not None and len(dims) != len(template.shape):
-            meta = cls.from_dict(dict(doc))
+            meta = _from_dict(cls, doc, path)
             return meta, meta
         meta = copy.copy(template)
         object.__setattr__(meta, "attributes", dict(attrs))
@@ -116,9 +119,48 @@ class MetadataParser:
         return meta, template
 
 
+@functools.cache
+def _names_the_array(cls: Any) -> bool:
+    return "path" in inspect.signature(cls.from_dict).parameters  # zarr-python >= 3.4.2
+
+
+def _from_dict(cls: Any, doc: dict[str, Any], path: str | None) -> Any:
+    if path is not None and _names_the_array(cls):
+        return cls.from_dict(dict(doc), path=path)
+    return cls.from_dict(dict(doc))
+
+
+def _plain_chunk_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(type(c) is int and c >= 1 for c in value)
+
+
+def _plain_inner_chunk_shapes(codecs: Any) -> bool:
+    for codec in codecs if isinstance(codecs, list) else ():
+        if isinstance(codec, dict) and codec.get("name") == "sharding_indexed":
+            config = codec.get("configuration")
+            if not isinstance(config, dict):
+                return False
+            if not (_plain_chunk_shape(config.get("chunk_shape")) and _plain_inner_chunk_shapes(config.get("codecs"))):
+                return False
+    return True
+
+
+def _read_as_stored(doc: dict[str, Any], zarr_format: int) -> bool:
+    """Whether zarr-python reads this document as stored, without a repair or a warning, so its parse may serve
+    other arrays. zarr-python repairs chunk sizes that are not JSON integers >= 1 on a regular grid (see
+    zarr.core.metadata.repair) and warns about an empty v2 filter list, once per array it reads: such
+    documents are parsed each on their own, as engine="zarr" parses them."""
+    if zarr_format == 2:
+        return _plain_chunk_shape(doc.get("chunks")) and doc.get("filters") != []
+    grid = doc.get("chunk_grid")
+    config = grid.get("configuration") if isinstance(grid, dict) and grid.get("name") == "regular" else None
+    return (isinstance(config, dict) and _plain_chunk_shape(config.get("chunk_shape"))
+            and _plain_inner_chunk_shapes(doc.get("codecs")))
+
+
 def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, parser: MetadataParser) -> ArrayNode:
     try:
-        meta, structure = parser.parse_with_structure(doc, 3)
+        meta, structure = parser.parse_with_structure(doc, 3, _join(source.label, path))
     except Exception as err:
         raise MetadataError(
             f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
@@ -130,7 +172,7 @@ def _array_v2(
     name: str, path: str, zarray: dict[str, Any], zattrs: dict[str, Any], source: ByteSource, parser: MetadataParser
 ) -> ArrayNode:
     try:
-        meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2)
+        meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2, _join(source.label, path))
     except Exception as err:
         raise MetadataError(
             f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
