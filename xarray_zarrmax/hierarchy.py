@@ -5,6 +5,9 @@
 - no v3 root: v2 ``.zmetadata`` (1 GET), else ``.zgroup``/``.zattrs``, LIST, member ``.zarray``/``.zattrs``.
 - never a probe for v2 keys once a v3 root is found.
 Concurrency is bounded by the fetch engine's one budget, not here.
+
+Bad metadata is an error, never a silently different Dataset: a member whose ``node_type`` is missing or
+unknown raises, naming the key.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from .stores import ByteSource
 
 V3_KEY = "zarr.json"
 V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+#: the store's own metadata objects: listed next to members, never members themselves.
+METADATA_KEYS = frozenset({V3_KEY, V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,16 @@ def _parse_json(raw: Any, key: str, source: ByteSource) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise MetadataError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
     return doc
+
+
+def _member_node_type(doc: dict[str, Any], where: str, source: ByteSource) -> str:
+    """A v3 member's ``node_type``: "array" or "group" (a subgroup, not a variable); anything else raises, as
+    zarr-python raises. ``where`` names the document."""
+    node_type = doc.get("node_type")
+    if node_type == "array" or node_type == "group":
+        return node_type
+    got = "no node_type" if "node_type" not in doc else f"node_type={node_type!r}"
+    raise MetadataError(f"expected node_type 'array' or 'group' in {where} of {source.label}. Got {got}.")
 
 
 class MetadataParser:
@@ -252,6 +267,10 @@ class _Loader:
             return await listing
         return await self.source.list_dir(self.gpath)
 
+    async def _member_names(self) -> list[str]:
+        """The group's listed children but its own metadata objects."""
+        return [n for n in await self._list() if n not in METADATA_KEYS]
+
     def _wanted(self, name: str) -> bool:
         return self.variables is None or name in self.variables
 
@@ -271,17 +290,11 @@ class _Loader:
     async def _load_v3(self, doc: dict[str, Any]) -> GroupNode:
         source, gpath = self.source, self.gpath
         key = _join(gpath, V3_KEY)
-        if doc.get("node_type") != "group":
-            raise MetadataError(
-                f"expected a group in {key!r} of {source.label}. Got node_type={doc.get('node_type')!r}"
-            )
+        _check_group_node_type(doc, key, source)
         attributes = dict(doc.get("attributes") or {})
         cm = doc.get("consolidated_metadata")
         if self.consolidated is not False and isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
-            available = {
-                name: member for name, member in cm["metadata"].items()
-                if "/" not in name and isinstance(member, dict) and member.get("node_type") == "array"
-            }
+            available = _consolidated_v3_arrays(cm["metadata"], key, source)
             arrays = await self._select(
                 available, lambda n, d: _array_v3(n, _join(gpath, n), d, source, self.parser)
             )
@@ -289,7 +302,7 @@ class _Loader:
         if self.consolidated is True:
             raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
 
-        names = [n for n in await self._list() if n != V3_KEY]
+        names = await self._member_names()
         arrays = await self._fetch_v3([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v3(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
@@ -302,10 +315,11 @@ class _Loader:
             raw = await source.get(_join(gpath, name, V3_KEY))
             if raw is None:
                 return None  # a stray object or a folder without metadata: not a member
-            doc = _parse_json(raw, _join(gpath, name, V3_KEY), source)
-            if doc.get("node_type") != "array":
-                return None
-            _check_format(doc, 3, _join(gpath, name, V3_KEY), source)
+            key = _join(gpath, name, V3_KEY)
+            doc = _parse_json(raw, key, source)
+            if _member_node_type(doc, repr(key), source) == "group":
+                return None  # a subgroup: not a variable of this group
+            _check_format(doc, 3, key, source)
             node = _array_v3(name, _join(gpath, name), doc, source, self.parser)
             await self._announce([node])
             return node
@@ -328,7 +342,7 @@ class _Loader:
             return None
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
         attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
-        names = [n for n in await self._list() if not n.startswith(".z")]
+        names = await self._member_names()
         arrays = await self._fetch_v2([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v2(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
@@ -368,6 +382,28 @@ class _Loader:
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
         return GroupNode(gpath, 2, attributes, arrays)
+
+
+def _check_group_node_type(doc: dict[str, Any], key: str, source: ByteSource) -> None:
+    """The opened group's own document: zarr-python reads one without ``node_type`` as a group."""
+    node_type = doc.get("node_type", "group")
+    if node_type != "group":
+        raise MetadataError(f"expected a group in {key!r} of {source.label}: node_type 'group'. "
+                            f"Got node_type={node_type!r}.")
+
+
+def _consolidated_v3_arrays(members: dict[str, Any], key: str, source: ByteSource) -> dict[str, dict[str, Any]]:
+    """The group's own arrays in its v3 consolidated metadata. Every member is checked as zarr-python checks
+    it (a JSON object, node_type "array" or "group"); names with a "/" are members of subgroups."""
+    arrays = {}
+    where = f"the consolidated metadata in {key!r}"
+    for name, member in members.items():
+        if not isinstance(member, dict):
+            raise MetadataError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
+                                f"Got {type(member).__name__}.")
+        if _member_node_type(member, f"member {name!r} of {where}", source) == "array" and "/" not in name:
+            arrays[name] = member
+    return arrays
 
 
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:

@@ -1,0 +1,144 @@
+"""Bad metadata is an error, never a silently different Dataset, of a type compatible with what engine="zarr"
+raises."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+
+def write_group(path: Path, zarr_format: int = 3, consolidated: bool = False) -> Path:
+    group = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    dims = {"dimension_names": ["x"]} if zarr_format == 3 else {"attributes": {"_ARRAY_DIMENSIONS": ["x"]}}
+    group.create_array("v", shape=(4,), chunks=(2,), dtype="f4", **dims)[:] = np.arange(4, dtype="f4")
+    if consolidated:
+        zarr.consolidate_metadata(path)
+    return path
+
+
+def edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def consolidated_member(path: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
+    edit_json(path / "zarr.json", lambda d: edit(d["consolidated_metadata"]["metadata"]))
+
+
+# -- the bad stores: how each is made, how it is opened, what our message must name ------------------------
+
+
+@dataclass
+class Bad:
+    make: Callable[[Path], Any]  # returns what both engines open
+    names: str  # a regex our message must match: the key, member or group at fault
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def member_without_node_type(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.pop("node_type"))
+    return p
+
+
+def member_with_misspelled_node_type(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.update(node_type="arrray"))
+    return p
+
+
+def subgroup_without_node_type(p: Path) -> Path:
+    write_group(p)
+    (p / "sub").mkdir()
+    (p / "sub" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "attributes": {}}))
+    return p
+
+
+def consolidated_member_without_node_type(p: Path) -> Path:
+    consolidated_member(write_group(p, consolidated=True), lambda m: m["v"].pop("node_type"))
+    return p
+
+
+def consolidated_member_with_misspelled_node_type(p: Path) -> Path:
+    consolidated_member(write_group(p, consolidated=True), lambda m: m["v"].update(node_type="arrray"))
+    return p
+
+
+def malformed_member_json(p: Path) -> Path:
+    write_group(p)
+    (p / "v" / "zarr.json").write_text("{not json")
+    return p
+
+
+BAD = {
+    "member zarr.json without node_type": Bad(member_without_node_type, "'v/zarr.json'"),
+    "member zarr.json with misspelled node_type": Bad(member_with_misspelled_node_type, "'v/zarr.json'.*'arrray'"),
+    "subgroup zarr.json without node_type": Bad(subgroup_without_node_type, "'sub/zarr.json'"),
+    "consolidated member without node_type": Bad(consolidated_member_without_node_type, "member 'v' .*'zarr.json'"),
+    "consolidated member with misspelled node_type": Bad(consolidated_member_with_misspelled_node_type,
+                                                         "member 'v' .*'zarr.json'.*'arrray'"),
+    "malformed member JSON": Bad(malformed_member_json, "'v/zarr.json'"),
+}
+
+
+def builtin_types(err: BaseException) -> set[type]:
+    """The built-in exception classes an error is an instance of (zarr's own classes are built on them)."""
+    return {c for c in type(err).__mro__ if c.__module__ == "builtins" and c not in (BaseException, Exception, object)}
+
+
+def error_of(engine: str, target: Any, kwargs: dict[str, Any]) -> BaseException:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr's fallback from consolidated to unconsolidated metadata
+            xr.open_dataset(target, engine=engine, **kwargs)
+    except Exception as err:
+        return err
+    raise AssertionError(f"engine={engine!r} opened it without an error")
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_metadata_raises_what_engine_zarr_raises(tmp_path, case):
+    bad = BAD[case]
+    target = bad.make(tmp_path / "bad.zarr")
+    kwargs = {"consolidated": None, **bad.kwargs}
+    theirs = error_of("zarr", target, kwargs)
+    ours = error_of("zarrmax", target, kwargs)
+    missing = [t.__name__ for t in builtin_types(theirs) if not isinstance(ours, t)]
+    assert not missing, f"{type(ours).__name__}: {ours} is not a {missing} as zarr's {type(theirs).__name__}: {theirs}"
+    assert re.search(bad.names, str(ours)), str(ours)
+
+
+# -- what is and is not a member --------------------------------------------------------------------------
+
+
+def test_v2_member_named_like_metadata_is_still_a_member(tmp_path):
+    """Only the store's own metadata objects are left out of a listing: an array ".zeta" is a variable."""
+    path = write_group(tmp_path / "z.zarr", zarr_format=2)
+    group = zarr.open_group(path, mode="a")
+    group.create_array(".zeta", shape=(4,), chunks=(2,), dtype="i2", attributes={"_ARRAY_DIMENSIONS": ["x"]})[:] = 7
+    ours = xr.open_dataset(path, engine="zarrmax")
+    oracle = xr.open_dataset(path, engine="zarr", consolidated=False)
+    assert set(ours.variables) == set(oracle.variables) == {"v", ".zeta"}
+    xr.testing.assert_identical(ours.load(), oracle.load())
+
+
+def test_subgroups_are_not_variables(tmp_path):
+    path = write_group(tmp_path / "s.zarr")
+    write_group(path / "sub")
+    for consolidated in (False, True):
+        if consolidated:
+            zarr.consolidate_metadata(path)
+        ours = xr.open_dataset(path, engine="zarrmax", consolidated=consolidated)
+        oracle = xr.open_dataset(path, engine="zarr", consolidated=consolidated)
+        assert set(ours.variables) == set(oracle.variables) == {"v"}
