@@ -1,5 +1,5 @@
-"""Bad metadata is an error, never a silently different Dataset, of a type compatible with what engine="zarr"
-raises."""
+"""Bad metadata is an error, never a silently different Dataset; errors are of the types engine="zarr" raises,
+so ``except`` clauses written for it keep working."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+
+from xarray_zarrmax import MetadataError
 
 
 def write_group(path: Path, zarr_format: int = 3, consolidated: bool = False) -> Path:
@@ -75,6 +77,35 @@ def consolidated_member_with_misspelled_node_type(p: Path) -> Path:
     return p
 
 
+def not_zarr(p: Path) -> Path:
+    p.mkdir()
+    (p / "notes.txt").write_text("hello")
+    return p
+
+
+def empty(p: Path) -> Path:
+    p.mkdir()
+    return p
+
+
+def without_dimension_names(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.pop("dimension_names"))
+    return p
+
+
+def without_array_dimensions(p: Path) -> Path:
+    write_group(p, zarr_format=2)
+    edit_json(p / "v" / ".zattrs", lambda d: d.pop("_ARRAY_DIMENSIONS"))
+    return p
+
+
+def zarray_not_an_object(p: Path) -> Path:
+    write_group(p, zarr_format=2)
+    (p / "v" / ".zarray").write_text("[1, 2]")
+    return p
+
+
 def malformed_member_json(p: Path) -> Path:
     write_group(p)
     (p / "v" / "zarr.json").write_text("{not json")
@@ -88,6 +119,19 @@ BAD = {
     "consolidated member without node_type": Bad(consolidated_member_without_node_type, "member 'v' .*'zarr.json'"),
     "consolidated member with misspelled node_type": Bad(consolidated_member_with_misspelled_node_type,
                                                          "member 'v' .*'zarr.json'.*'arrray'"),
+    "missing group": Bad(write_group, "group 'nope'", {"group": "nope"}),
+    "missing group, consolidated": Bad(lambda p: write_group(p, consolidated=True), "group 'nope'",
+                                       {"group": "nope", "consolidated": True}),
+    "missing group, not consolidated": Bad(write_group, "group 'nope'", {"group": "nope", "consolidated": False}),
+    "missing v2 group": Bad(lambda p: write_group(p, 2, consolidated=True), "group 'nope'", {"group": "nope"}),
+    "no Zarr metadata": Bad(not_zarr, "no zarr.json, .zgroup or .zmetadata.*notes.txt"),
+    "empty location": Bad(empty, "group '/'.*empty"),
+    "zarr_format=2 on a v3 store": Bad(write_group, r"no \.zgroup or \.zmetadata", {"zarr_format": 2}),
+    "consolidated=True without consolidated metadata": Bad(write_group, "'zarr.json'.*no consolidated",
+                                                           {"consolidated": True}),
+    "v3 array without dimension_names": Bad(without_dimension_names, "array 'v' .*dimension_names"),
+    "v2 array without _ARRAY_DIMENSIONS": Bad(without_array_dimensions, "array 'v' .*_ARRAY_DIMENSIONS"),
+    ".zarray not a JSON object": Bad(zarray_not_an_object, r"'v/\.zarray'"),
     "malformed member JSON": Bad(malformed_member_json, "'v/zarr.json'"),
 }
 
@@ -117,6 +161,19 @@ def test_bad_metadata_raises_what_engine_zarr_raises(tmp_path, case):
     missing = [t.__name__ for t in builtin_types(theirs) if not isinstance(ours, t)]
     assert not missing, f"{type(ours).__name__}: {ours} is not a {missing} as zarr's {type(theirs).__name__}: {theirs}"
     assert re.search(bad.names, str(ours)), str(ours)
+
+
+def test_error_classes_are_both_ours_and_built_in():
+    from xarray_zarrmax.errors import GroupNotFoundError, MissingDimensionsError, NodeNotFoundError
+
+    assert issubclass(NodeNotFoundError, MetadataError) and issubclass(NodeNotFoundError, FileNotFoundError)
+    assert issubclass(GroupNotFoundError, NodeNotFoundError) and issubclass(GroupNotFoundError, KeyError)
+    assert issubclass(MissingDimensionsError, MetadataError) and issubclass(MissingDimensionsError, KeyError)
+    # the message reads as written, not as KeyError's quoted repr or OSError's errno form
+    assert str(GroupNotFoundError("no group 'a'")) == "no group 'a'"
+    assert str(MissingDimensionsError("array 'v' has none")) == "array 'v' has none"
+    for kind in (NodeNotFoundError, GroupNotFoundError, MissingDimensionsError):
+        assert issubclass(kind, ValueError)  # still caught where MetadataError (a ValueError) was
 
 
 # -- what is and is not a member --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from xarray.core.variable import Variable
 from ._loop import run_sync
 from .config import get_config
 from .decode import Unsupported, output_dtype
-from .errors import MetadataError
+from .errors import MetadataError, MissingDimensionsError
 from .fetch import read_box, read_box_async
 from .hierarchy import ArrayNode, GroupNode, load_group
 from .layout import apply_outer, normalize_selection
@@ -192,14 +192,14 @@ class ZarrmaxStore(AbstractDataStore):
         if node.zarr_format == 3:
             dims = tuple(meta.dimension_names or ())
             if len(dims) != len(meta.shape) or not all(isinstance(d, str) for d in dims):
-                raise MetadataError(
+                raise MissingDimensionsError(
                     f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
                     f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
         dims = attrs.pop(DIMENSION_KEY, None)
         if dims is None:
-            raise MetadataError(
+            raise MissingDimensionsError(
                 f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r}, "
                 "which xarray needs to determine variable dimensions"
             )

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import MetadataError
+from .errors import GroupNotFoundError, MetadataError, MetadataTypeError, NodeNotFoundError
 from .stores import ByteSource
 
 V3_KEY = "zarr.json"
@@ -72,7 +72,7 @@ def _parse_json(raw: Any, key: str, source: ByteSource) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise MetadataError(f"malformed JSON in {key!r} of {source.label}: {err}") from None
     if not isinstance(doc, dict):
-        raise MetadataError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
+        raise MetadataTypeError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
     return doc
 
 
@@ -173,13 +173,17 @@ def _read_as_stored(doc: dict[str, Any], zarr_format: int) -> bool:
             and _plain_inner_chunk_shapes(doc.get("codecs")))
 
 
+def _invalid_array(err: Exception, key: str, source: ByteSource) -> MetadataError:
+    """zarr-python's refusal of an array document, naming the key; a TypeError stays one."""
+    kind = MetadataTypeError if isinstance(err, TypeError) else MetadataError
+    return kind(f"invalid array metadata in {key!r} of {source.label}: {type(err).__name__}: {err}")
+
+
 def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, parser: MetadataParser) -> ArrayNode:
     try:
         meta, structure = parser.parse_with_structure(doc, 3, _join(source.label, path))
     except Exception as err:
-        raise MetadataError(
-            f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
-        ) from None
+        raise _invalid_array(err, _join(path, V3_KEY), source) from None
     return ArrayNode(name, path, meta, doc, structure)
 
 
@@ -189,9 +193,7 @@ def _array_v2(
     try:
         meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2, _join(source.label, path))
     except Exception as err:
-        raise MetadataError(
-            f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
-        ) from None
+        raise _invalid_array(err, _join(path, V2_ARRAY), source) from None
     return ArrayNode(name, path, meta, zarray, structure)
 
 
@@ -333,13 +335,13 @@ class _Loader:
             raw = await source.get(_join(gpath, V2_CONSOLIDATED))
             if raw is not None:
                 return await self._from_zmetadata(_parse_json(raw, _join(gpath, V2_CONSOLIDATED), source))
-            if self.consolidated is True:
-                raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
         zgroup_raw, zattrs_raw = await asyncio.gather(
             source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
         )
         if zgroup_raw is None:
-            return None
+            return None  # no group here at all: the caller says so
+        if self.consolidated is True:
+            raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
         attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
         names = await self._member_names()
@@ -387,9 +389,12 @@ class _Loader:
 def _check_group_node_type(doc: dict[str, Any], key: str, source: ByteSource) -> None:
     """The opened group's own document: zarr-python reads one without ``node_type`` as a group."""
     node_type = doc.get("node_type", "group")
+    if node_type == "array":
+        raise MetadataError(f"expected a group in {key!r} of {source.label}. Got an array (node_type='array').")
     if node_type != "group":
-        raise MetadataError(f"expected a group in {key!r} of {source.label}: node_type 'group'. "
-                            f"Got node_type={node_type!r}.")
+        raise NodeNotFoundError(
+            f"expected a group in {key!r} of {source.label}: node_type 'group'. Got node_type={node_type!r}."
+        )
 
 
 def _consolidated_v3_arrays(members: dict[str, Any], key: str, source: ByteSource) -> dict[str, dict[str, Any]]:
@@ -399,27 +404,27 @@ def _consolidated_v3_arrays(members: dict[str, Any], key: str, source: ByteSourc
     where = f"the consolidated metadata in {key!r}"
     for name, member in members.items():
         if not isinstance(member, dict):
-            raise MetadataError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
-                                f"Got {type(member).__name__}.")
+            raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
+                                    f"Got {type(member).__name__}.")
         if _member_node_type(member, f"member {name!r} of {where}", source) == "array" and "/" not in name:
             arrays[name] = member
     return arrays
 
 
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:
+    """No group metadata at ``gpath``: FileNotFoundError, and KeyError too for a ``group=`` inside the store,
+    as zarr-python raises there."""
+    missing = GroupNotFoundError if gpath else NodeNotFoundError
+    where = f"{source.label} (group {gpath or '/'!r})"
     try:
         listing = await source.list_dir(gpath)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"no Zarr store at {err}") from None
+        raise missing(f"no Zarr store at {err}") from None
     wanted = {3: "zarr.json", 2: ".zgroup or .zmetadata"}.get(zarr_format or 0, "zarr.json, .zgroup or .zmetadata")
     if not listing:
-        raise FileNotFoundError(
-            f"no Zarr store at {source.label} (group {gpath or '/'!r}): the location is empty or does not exist"
-        )
+        raise missing(f"no Zarr group at {where}: the location is empty or does not exist")
     shown = ", ".join(listing[:5]) + (", ..." if len(listing) > 5 else "")
-    raise MetadataError(
-        f"not a Zarr group: {source.label} (group {gpath or '/'!r}) has no {wanted}; it contains: {shown}"
-    )
+    raise missing(f"not a Zarr group: {where} has no {wanted}; it contains: {shown}")
 
 
 def _coordinate_names(arrays: dict[str, ArrayNode]) -> set[str]:
