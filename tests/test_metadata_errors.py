@@ -1,5 +1,5 @@
 """Bad metadata is an error, never a silently different Dataset; errors are of the types engine="zarr" raises,
-so ``except`` clauses written for it keep working."""
+so ``except`` clauses written for it keep working; ``group=`` and member names stay inside the store."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from zarr.storage import MemoryStore
 
 from xarray_zarrmax import MetadataError
 
@@ -77,6 +78,30 @@ def consolidated_member_with_misspelled_node_type(p: Path) -> Path:
     return p
 
 
+def consolidated_member_named(name: str, zarr_format: int) -> Callable[[Path], Path]:
+    def make(p: Path) -> Path:
+        write_group(p, zarr_format, consolidated=True)
+        if zarr_format == 3:
+            consolidated_member(p, lambda m: m.update({name: m["v"]}))
+        else:
+            edit_json(p / ".zmetadata", lambda d: d["metadata"].update(
+                {f"{name}/.zarray": d["metadata"]["v/.zarray"], f"{name}/.zattrs": d["metadata"]["v/.zattrs"]}))
+        return p
+    return make
+
+
+def listing_with_dot_dot(_: Path) -> MemoryStore:
+    store = MemoryStore()
+    write_group_in(store)
+    store._store_dict["../zarr.json"] = store._store_dict["v/zarr.json"]  # a key a listing names ".."
+    return store
+
+
+def write_group_in(store: Any) -> None:
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    group.create_array("v", shape=(4,), chunks=(2,), dtype="f4", dimension_names=["x"])[:] = 1.0
+
+
 def not_zarr(p: Path) -> Path:
     p.mkdir()
     (p / "notes.txt").write_text("hello")
@@ -112,6 +137,11 @@ def malformed_member_json(p: Path) -> Path:
     return p
 
 
+def sibling_store(p: Path) -> Path:
+    write_group(p.parent / "other.zarr")
+    return write_group(p)
+
+
 BAD = {
     "member zarr.json without node_type": Bad(member_without_node_type, "'v/zarr.json'"),
     "member zarr.json with misspelled node_type": Bad(member_with_misspelled_node_type, "'v/zarr.json'.*'arrray'"),
@@ -119,6 +149,12 @@ BAD = {
     "consolidated member without node_type": Bad(consolidated_member_without_node_type, "member 'v' .*'zarr.json'"),
     "consolidated member with misspelled node_type": Bad(consolidated_member_with_misspelled_node_type,
                                                          "member 'v' .*'zarr.json'.*'arrray'"),
+    "consolidated v3 member named ..": Bad(consolidated_member_named("..", 3), r"'\.\.' .*'zarr.json'"),
+    "consolidated v3 member named .": Bad(consolidated_member_named(".", 3), r"'\.' .*'zarr.json'"),
+    "consolidated v2 member named ..": Bad(consolidated_member_named("..", 2), r"'\.\.' .*'\.zmetadata'"),
+    "listed member named ..": Bad(listing_with_dot_dot, r"'\.\.' in the listing of '/'"),
+    "group= with a .. segment": Bad(sibling_store, r"'\.\./other\.zarr'", {"group": "../other.zarr"}),
+    "group= with a . segment": Bad(write_group, r"'a/\./b'", {"group": "a/./b"}),
     "missing group": Bad(write_group, "group 'nope'", {"group": "nope"}),
     "missing group, consolidated": Bad(lambda p: write_group(p, consolidated=True), "group 'nope'",
                                        {"group": "nope", "consolidated": True}),
@@ -199,3 +235,32 @@ def test_subgroups_are_not_variables(tmp_path):
         ours = xr.open_dataset(path, engine="zarrmax", consolidated=consolidated)
         oracle = xr.open_dataset(path, engine="zarr", consolidated=consolidated)
         assert set(ours.variables) == set(oracle.variables) == {"v"}
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("name", ["../w", "a/../w", "./w"])
+def test_consolidated_names_leaving_their_group_are_refused(tmp_path, zarr_format, name):
+    """A nested name is a subgroup's member, but one with "." or ".." segments names no member at all."""
+    path = consolidated_member_named(name, zarr_format)(tmp_path / "c.zarr")
+    key = "zarr.json" if zarr_format == 3 else ".zmetadata"
+    with pytest.raises(MetadataError, match=f"invalid member name {re.escape(repr(name))} .*'{re.escape(key)}'"):
+        xr.open_dataset(path, engine="zarrmax")
+
+
+def test_group_outside_the_store_reads_nothing(tmp_path):
+    from xarray_zarrmax import request_counts
+
+    path = sibling_store(tmp_path / "in.zarr")
+    with request_counts() as counts, pytest.raises(ValueError, match=r"without '\.' or '\.\.' segments"):
+        xr.open_dataset(path, engine="zarrmax", group="../other.zarr")
+    assert counts.keys == []
+
+
+def test_group_paths_normalized_as_zarr_does(tmp_path):
+    path = tmp_path / "n.zarr"
+    write_group(path)
+    write_group(path / "a" / "b")
+    for group in ("a\\b", "a//b", "/a/b/"):
+        ours = xr.open_dataset(path, engine="zarrmax", group=group)
+        oracle = xr.open_dataset(path, engine="zarr", group=group, consolidated=False)
+        xr.testing.assert_identical(ours.load(), oracle.load())

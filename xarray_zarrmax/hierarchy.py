@@ -7,7 +7,8 @@
 Concurrency is bounded by the fetch engine's one budget, not here.
 
 Bad metadata is an error, never a silently different Dataset: a member whose ``node_type`` is missing or
-unknown raises, naming the key.
+unknown, a member name with ``.`` or ``..`` segments (it would name a key outside the group) and ``group=``
+paths zarr-python refuses all raise, naming the key.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import copy
 import functools
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +76,30 @@ def _parse_json(raw: Any, key: str, source: ByteSource) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise MetadataTypeError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
     return doc
+
+
+def parse_group_path(group: str | None) -> str:
+    """``group=`` as a key prefix, normalized as zarr-python normalizes paths (backslashes as slashes, no
+    leading, trailing or repeated slashes), refusing what zarr-python refuses: ``.`` and ``..`` segments,
+    which would name keys outside the store."""
+    if group is None:
+        return ""
+    if not isinstance(group, str):
+        raise TypeError(f"group must be a str or None. Got {type(group).__name__}: {group!r}")
+    path = re.sub("/+", "/", group.replace("\\", "/")).strip("/")
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise ValueError(f"group must be a path inside the store, without '.' or '..' segments. Got {group!r}.")
+    return path
+
+
+def _check_member_name(name: str, where: str, source: ByteSource) -> None:
+    """A member's name from a listing or consolidated metadata becomes part of every key read for it: one with
+    an empty, ``.`` or ``..`` segment would name keys outside its group."""
+    if any(segment in ("", ".", "..") for segment in name.split("/")):
+        raise MetadataError(
+            f"invalid member name {name!r} in {where} of {source.label}: expected a name without empty, "
+            "'.' or '..' path segments"
+        )
 
 
 def _member_node_type(doc: dict[str, Any], where: str, source: ByteSource) -> str:
@@ -229,7 +255,7 @@ async def load_group(
     data (coordinates) while other metadata is still arriving. With ``consolidated=False`` the LIST is sent
     together with the root GET: one round trip fewer.
     """
-    return await _Loader(source, (group or "").strip("/"), consolidated, variables, on_array).load(
+    return await _Loader(source, parse_group_path(group), consolidated, variables, on_array).load(
         parse_zarr_format(zarr_format)
     )
 
@@ -270,8 +296,12 @@ class _Loader:
         return await self.source.list_dir(self.gpath)
 
     async def _member_names(self) -> list[str]:
-        """The group's listed children but its own metadata objects."""
-        return [n for n in await self._list() if n not in METADATA_KEYS]
+        """The group's listed children but its own metadata objects; every name is checked."""
+        names = [n for n in await self._list() if n not in METADATA_KEYS]
+        where = f"the listing of {self.gpath or '/'!r}"
+        for name in names:
+            _check_member_name(name, where, self.source)
+        return names
 
     def _wanted(self, name: str) -> bool:
         return self.variables is None or name in self.variables
@@ -375,11 +405,7 @@ class _Loader:
         if not isinstance(meta, dict):
             raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
         attributes = dict(meta.get(V2_ATTRS, {}) or {})
-        available = {
-            key[: -len(V2_ARRAY) - 1]: (value, meta.get(_join(key[: -len(V2_ARRAY) - 1], V2_ATTRS), {}) or {})
-            for key, value in meta.items()
-            if key.endswith("/" + V2_ARRAY) and "/" not in key[: -len(V2_ARRAY) - 1]
-        }
+        available = _consolidated_v2_arrays(meta, _join(gpath, V2_CONSOLIDATED), source)
         arrays = await self._select(
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
@@ -399,15 +425,32 @@ def _check_group_node_type(doc: dict[str, Any], key: str, source: ByteSource) ->
 
 def _consolidated_v3_arrays(members: dict[str, Any], key: str, source: ByteSource) -> dict[str, dict[str, Any]]:
     """The group's own arrays in its v3 consolidated metadata. Every member is checked as zarr-python checks
-    it (a JSON object, node_type "array" or "group"); names with a "/" are members of subgroups."""
+    it (a name inside the group, a JSON object, node_type "array" or "group"); names with a "/" are members
+    of subgroups."""
     arrays = {}
     where = f"the consolidated metadata in {key!r}"
     for name, member in members.items():
+        _check_member_name(name, where, source)
         if not isinstance(member, dict):
             raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
                                     f"Got {type(member).__name__}.")
         if _member_node_type(member, f"member {name!r} of {where}", source) == "array" and "/" not in name:
             arrays[name] = member
+    return arrays
+
+
+def _consolidated_v2_arrays(meta: dict[str, Any], key: str, source: ByteSource) -> dict[str, tuple[Any, Any]]:
+    """The group's own arrays in its ``.zmetadata``, as (``.zarray``, ``.zattrs``) pairs; every member's name
+    is checked."""
+    arrays = {}
+    where = f"the consolidated metadata in {key!r}"
+    for entry, value in meta.items():
+        name, _, last = entry.rpartition("/")
+        if last not in METADATA_KEYS or not name:
+            continue  # the group's own documents, or an entry that names no member
+        _check_member_name(name, where, source)
+        if last == V2_ARRAY and "/" not in name:
+            arrays[name] = (value, meta.get(_join(name, V2_ATTRS), {}) or {})
     return arrays
 
 
