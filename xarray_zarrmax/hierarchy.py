@@ -87,7 +87,8 @@ def parse_group_path(group: str | None) -> str:
     if not isinstance(group, str):
         raise TypeError(f"group must be a str or None. Got {type(group).__name__}: {group!r}")
     path = re.sub("/+", "/", group.replace("\\", "/")).strip("/")
-    if any(segment in (".", "..") for segment in path.split("/")):
+    segments = path.split("/")
+    if "." in segments or ".." in segments:
         raise ValueError(f"group must be a path inside the store, without '.' or '..' segments. Got {group!r}.")
     return path
 
@@ -95,7 +96,8 @@ def parse_group_path(group: str | None) -> str:
 def _check_member_name(name: str, where: str, source: ByteSource) -> None:
     """A member's name from a listing or consolidated metadata becomes part of every key read for it: one with
     an empty, ``.`` or ``..`` segment would name keys outside its group."""
-    if any(segment in ("", ".", "..") for segment in name.split("/")):
+    segments = name.split("/")
+    if "" in segments or "." in segments or ".." in segments:
         raise MetadataError(
             f"invalid member name {name!r} in {where} of {source.label}: expected a name without empty, "
             "'.' or '..' path segments"
