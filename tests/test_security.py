@@ -356,3 +356,23 @@ def test_consolidated_member_named_dot_dot_cannot_read_the_parent(tmp_path):
     }))
     with pytest.raises(ValueError, match=r"Got '../c/0' on file://.*inner.zarr instead"):
         xr.open_dataset(tmp_path / "inner.zarr", engine="zarrmax", consolidated=True)[".."].values
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("chunks", [None, {}])
+def test_errors_from_the_zarr_python_fallback_are_masked(minio, bucket, toxiproxy, chunks):
+    """Strings go through zarr-python, whose store errors quote the endpoint URL, userinfo included."""
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, "fallback-secret.zarr"))
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    group.create_array("s", shape=(4,), chunks=(2,), dtype=str, dimension_names=["x"])[:] = ["a", "bb", "c", "d"]
+    proxy = f"fallback_down_{chunks is None}"
+    endpoint = toxiproxy.proxy(proxy, minio.port)
+    options = {**minio.storage_options(with_userinfo(endpoint)), "retry_config": NO_RETRIES}
+    ds = xr.open_dataset(f"s3://{bucket}/fallback-secret.zarr", engine="zarrmax", chunks=chunks,
+                         storage_options=options)
+    toxiproxy._api("POST", f"/proxies/{proxy}", {"enabled": False})  # the data reads now fail
+    with pytest.raises(Exception) as info:  # noqa: B017 - whatever type zarr-python raises: its text is checked
+        ds["s"].values
+    text = everything_shown(info.value)
+    assert "127.0.0.1" in text  # the error still says where it failed
+    assert PASSWORD not in text and SECRET_KEY not in text, text

@@ -25,10 +25,10 @@ from xarray.core.variable import Variable
 from ._loop import run_sync
 from .config import get_config
 from .decode import Unsupported, output_dtype
-from .errors import MetadataError
+from .errors import MetadataError, MissingDimensionsError
 from .fetch import read_points, read_selection, read_selection_async
 from .hierarchy import ArrayNode, GroupNode, load_group
-from .layout import apply_outer, full_selection, grid_shape, normalize_selection, vectorized_points
+from .layout import apply_outer, full_selection, normalize_selection, vectorized_points
 from .plan import ArrayPlan, plan_array
 from .stores import ByteSource, resolve_source
 
@@ -92,7 +92,11 @@ def resolve_device(spec: DeviceSpec) -> Any:
 
 
 class FallbackArray(BackendArray):
-    """An array outside the fast path, read by zarr-python: slower, never a different answer."""
+    """An array outside the fast path, read by zarr-python: slower, never a different answer.
+
+    Indexing is zarr-python's own, as in xarray's zarr backend: basic, outer (``oindex``) and vectorized
+    (``vindex``) selections go to zarr as they are, so a few points of a large array read only their chunks.
+    """
 
     def __init__(self, node: ArrayNode, source: ByteSource, reason: str, device: DeviceSpec = None) -> None:
         self.node = node
@@ -116,18 +120,40 @@ class FallbackArray(BackendArray):
                 self._array = zarr_async_array(self.node, self.source)
             return self._array
 
-    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._getitem)
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
+        # With VECTORIZED support xarray hands the key over undecomposed, so its type says how zarr selects.
+        kind = "oindex" if isinstance(key, indexing.OuterIndexer) else \
+            "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
+        return indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.VECTORIZED, lambda k: self._getitem(k, kind)
+        )
 
-    def _getitem(self, key: tuple[Any, ...]) -> Any:
-        host = np.asarray(run_sync(self.zarr_array().getitem(key)))
+    async def read_async(self, key: tuple[Any, ...], kind: str = "basic") -> np.ndarray:
+        """zarr-python's answer to a basic, ``oindex`` or ``vindex`` selection, as a NumPy array of `dtype`."""
+        failure: BaseException | None = None
+        try:
+            array = self.zarr_array()
+            if kind == "oindex":
+                value = await array.oindex.getitem(key)
+            elif kind == "vindex":
+                value = await array.vindex.getitem(key)
+            else:
+                value = await array.getitem(key)
+        except Exception as err:
+            # The one place zarr-python's exceptions leave FallbackArray: their text may carry store URLs with
+            # credentials. Raised after the except clause, so no chain keeps the original.
+            failure = self.source.scrubbed(err)
+        if failure is not None:
+            raise failure
+        # A scalar selection comes back as a Python or NumPy scalar: as engine="zarr", keep the array's dtype
+        # (StringDType, "<U5", "|S5"), which np.asarray of the scalar alone would narrow to "<U1" and the like.
+        return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=self.dtype)
+
+    def _getitem(self, key: tuple[Any, ...], kind: str = "basic") -> Any:
+        host = run_sync(self.read_async(key, kind))
         if self.device is None:
             return host
-        device = resolve_device(self.device)  # decoded on the CPU by zarr-python, then one copy over
-        stream = device.stream()
-        out = device.to_device(np.ascontiguousarray(host), stream)
-        device.publish(stream)
-        return out
+        return _to_device(resolve_device(self.device), host)  # decoded on the CPU by zarr-python
 
 
 def zarr_async_array(node: ArrayNode, source: ByteSource) -> Any:
@@ -152,6 +178,7 @@ class ZarrmaxStore(AbstractDataStore):
         self._preloaded: dict[str, np.ndarray] = {}
         self._structures: dict[int, _Structure] = {}
         self._variables: dict[str, Variable] = {}  # built while the rest of the metadata is in flight
+        self._errors: dict[str, Exception] = {}  # raised by building a variable on arrival, for get_variables
 
     @classmethod
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
@@ -182,14 +209,14 @@ class ZarrmaxStore(AbstractDataStore):
         if node.zarr_format == 3:
             dims = tuple(meta.dimension_names or ())
             if len(dims) != len(meta.shape) or not all(isinstance(d, str) for d in dims):
-                raise MetadataError(
+                raise MissingDimensionsError(
                     f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
                     f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
         dims = attrs.pop(DIMENSION_KEY, None)
         if dims is None:
-            raise MetadataError(
+            raise MissingDimensionsError(
                 f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r}, "
                 "which xarray needs to determine variable dimensions"
             )
@@ -203,20 +230,20 @@ class ZarrmaxStore(AbstractDataStore):
         meta = node.metadata
         structure = self._structure(node)
         wrapper = self.wrapper(node)
-        outer, inner, sharded = structure.outer, structure.inner, structure.sharded
+        outer = structure.outer
         if structure.objects > get_config().max_objects:
             raise MetadataError(
                 f"array {node.name!r} of {self.source.label} declares {structure.objects} stored objects (shape "
                 f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}"
             )
         encoding: dict[str, Any] = {
-            "chunks": inner,
+            "chunks": structure.chunks,
             "preferred_chunks": dict(zip(dims, outer, strict=True)),
         }
         if wrapper.dtype.kind == "T":  # as xarray's zarr backend: keeps NumPy's StringDType through decoding
             encoding["dtype"] = wrapper.dtype
         encoding.update(structure.codecs)
-        encoding["shards"] = outer if sharded else None
+        encoding["shards"] = structure.shards
         if self.mask_with_fill_value(node):
             if meta.fill_value is not None:
                 attrs["_FillValue"] = meta.fill_value
@@ -266,8 +293,8 @@ class ZarrmaxStore(AbstractDataStore):
             await self.preload_index(node)
         try:
             self._variables[node.name] = self.open_store_variable(node)
-        except Exception:
-            pass  # not lost: get_variables builds it again and raises there, where errors have always surfaced
+        except Exception as err:
+            self._errors[node.name] = err  # raised from get_variables, where errors have always surfaced
 
     async def preload_index(self, node: ArrayNode) -> None:
         """Read an index coordinate's values."""
@@ -276,15 +303,16 @@ class ZarrmaxStore(AbstractDataStore):
             values = await read_selection_async(wrapper.plan, self.source, full_selection(wrapper.shape), self.token)
         else:
             assert isinstance(wrapper, FallbackArray)
-            values = np.asarray(await wrapper.zarr_array().getitem(tuple(slice(None) for _ in wrapper.shape)))
+            values = await wrapper.read_async(tuple(slice(None) for _ in wrapper.shape))
         self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:
-        built = self._variables
-        return FrozenDict(
-            (name, built[name] if name in built else self.open_store_variable(node))
-            for name, node in self.group.arrays.items()
-        )
+        variables = {}
+        for name, node in self.group.arrays.items():
+            if name in self._errors:
+                raise self._errors[name]  # the error building it on arrival: the same object, not a second try
+            variables[name] = self._variables[name] if name in self._variables else self.open_store_variable(node)
+        return FrozenDict(variables)
 
     def get_attrs(self) -> Mapping[str, Any]:
         return {k: v for k, v in self.group.attributes.items() if not k.lower().startswith("_nc")}
@@ -318,7 +346,7 @@ class _DaskSource:
         return self.wrapper[indexing.BasicIndexer(key)]
 
 
-def _device_dask_array(wrapper: ZarrmaxArray | FallbackArray, chunks: tuple[int, ...], name: str) -> Any:
+def _device_dask_array(wrapper: ZarrmaxArray | FallbackArray, chunks: ChunkSizes, name: str) -> Any:
     """A dask array whose blocks (one per shard) and meta live on the CUDA device.
 
     Built here because xarray gives lazily indexed backend arrays a NumPy meta when it chunks them.
@@ -345,6 +373,10 @@ def codec_encoding(meta: Any) -> dict[str, Any]:
     }
 
 
+#: Per dimension, a chunk size, or the sizes of each chunk along a rectilinear dimension.
+ChunkSizes = tuple[int | tuple[int, ...], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Structure:
     """What follows from an array's structure alone, worked out once for all arrays that share it."""
@@ -352,37 +384,79 @@ class _Structure:
     key: Any  # the structure object (`ArrayNode.structure_key`), kept alive so its id stays unique
     plan: ArrayPlan | None  # the fast path's plan (for a stand-in name), or None: zarr-python reads it
     fallback_reason: str
-    outer: tuple[int, ...]
-    inner: tuple[int, ...]
-    sharded: bool
+    chunks: ChunkSizes  # encoding["chunks"]: the inner chunks, as xarray's zarr backend reports them
+    shards: ChunkSizes | None  # encoding["shards"]
+    outer: ChunkSizes  # a stored object's extent: one dask chunk each
     objects: int
     codecs: dict[str, Any]
 
     @classmethod
     def of(cls, node: ArrayNode) -> _Structure:
         meta = node.metadata
+        shape = tuple(int(s) for s in meta.shape)
         plan: ArrayPlan | None = None
         reason = ""
+        chunks: ChunkSizes
+        shards: ChunkSizes | None
         try:
-            plan = plan_array(node.name, node.path, meta)
-            outer, inner, sharded = plan.outer_chunks, plan.inner_chunks, plan.shard is not None
+            plan = plan_array(node.name, node.path, meta, node.document)
+            chunks, shards = plan.inner_chunks, plan.outer_chunks if plan.shard is not None else None
         except Unsupported as why:
             reason = str(why)
-            outer, inner, sharded = _grid_of(meta)
-        shape = tuple(int(s) for s in meta.shape)
-        objects = math.prod(int(n) for n in grid_shape(shape, outer))
-        return cls(node.structure_key, plan, reason, outer, inner, sharded, objects, codec_encoding(meta))
+            chunks, shards = zarr_chunk_sizes(meta)
+        outer = shards if shards is not None else chunks
+        return cls(node.structure_key, plan, reason, chunks, shards, outer, _object_count(shape, outer),
+                   codec_encoding(meta))
 
 
-def _grid_of(meta: Any) -> tuple[tuple[int, ...], tuple[int, ...], bool]:
-    """(outer, inner, sharded) chunk shapes of an array zarr-python reads for us."""
-    if meta.zarr_format == 2:
-        return tuple(meta.chunks), tuple(meta.chunks), False
-    outer = tuple(int(c) for c in meta.chunk_grid.chunk_shape)
-    codecs = tuple(meta.codecs)
-    if len(codecs) == 1 and type(codecs[0]).__name__ == "ShardingCodec":
-        return outer, tuple(int(c) for c in codecs[0].chunk_shape), True
-    return outer, outer, False
+def zarr_chunk_sizes(meta: Any) -> tuple[ChunkSizes, ChunkSizes | None]:
+    """(chunks, shards) as xarray's zarr backend reports them, from zarr-python's metadata: a rectilinear
+    dimension as the sizes of its chunks, without listing the chunks of a regular one."""
+    try:
+        chunks: ChunkSizes = tuple(int(c) for c in meta.chunks)
+    except NotImplementedError:  # an unsharded rectilinear grid: the chunks are the stored objects
+        chunks = _storage_chunk_sizes(meta)
+    try:
+        shards = meta.shards
+    except NotImplementedError:  # a sharded rectilinear grid
+        return chunks, _storage_chunk_sizes(meta)
+    return chunks, None if shards is None else tuple(int(s) for s in shards)
+
+
+def _storage_chunk_sizes(meta: Any) -> ChunkSizes:
+    """The stored objects' sizes of a rectilinear grid (``RectilinearChunkGridMetadata.chunk_shapes``)."""
+    specs = meta.chunk_grid.chunk_shapes
+    return tuple(_dimension_sizes(spec, int(n)) for spec, n in zip(specs, meta.shape, strict=True))
+
+
+def _dimension_sizes(spec: int | tuple[int, ...], extent: int) -> int | tuple[int, ...]:
+    """One dimension of a rectilinear grid (a chunk size, or each chunk's edge), clipped to the array."""
+    if isinstance(spec, int):  # regular along this dimension: (c, c, ..., rest) compacts to c
+        return min(spec, extent) if extent else (0,)
+    sizes, start = [], 0
+    for edge in spec:
+        if start >= extent:
+            break
+        sizes.append(min(int(edge), extent - start))
+        start += int(edge)
+    return _compact(tuple(sizes))
+
+
+def _compact(sizes: tuple[int, ...]) -> int | tuple[int, ...]:
+    """One int where the sizes are those of a regular grid, as xarray's zarr backend reports them."""
+    if not sizes:
+        return (0,)
+    if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]:
+        return sizes[0]
+    return sizes
+
+
+def _object_count(shape: tuple[int, ...], outer: ChunkSizes) -> int:
+    counts = (
+        (len(c) if n else 0) if isinstance(c, tuple) else (-(-n // c) if c else 0)
+        for n, c in zip(shape, outer, strict=True)
+    )
+    return math.prod(counts)
 
 
 def _is_device(obj: Any) -> bool:

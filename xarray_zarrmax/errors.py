@@ -1,4 +1,8 @@
-"""Exceptions. Built-in types where they fit (FileNotFoundError, ValueError); these where none does."""
+"""Exceptions. Built-in types where they fit (FileNotFoundError, ValueError); these where none does.
+
+Where engine="zarr" raises a built-in type (or zarr-python's own class built on one), ours is an instance
+of the same built-in types, so ``except`` clauses written for engine="zarr" keep working.
+"""
 
 from __future__ import annotations
 
@@ -17,3 +21,25 @@ class CorruptDataError(ZarrmaxError, ValueError):
 
 class MetadataError(ZarrmaxError, ValueError):
     """Zarr metadata that is missing, malformed or of an unsupported format."""
+
+
+class MetadataTypeError(MetadataError, TypeError):
+    """A metadata document, or a part of it, is not the JSON type it must be (zarr-python: TypeError)."""
+
+
+class NodeNotFoundError(MetadataError, FileNotFoundError):
+    """No Zarr group where one was expected (zarr-python: GroupNotFoundError, a ValueError and a
+    FileNotFoundError)."""
+
+
+class GroupNotFoundError(NodeNotFoundError, KeyError):
+    """``group=`` names a path that holds no group (zarr-python: KeyError or GroupNotFoundError, depending
+    on ``consolidated``)."""
+
+    __str__ = Exception.__str__  # not KeyError's quoted repr
+
+
+class MissingDimensionsError(MetadataError, KeyError):
+    """An array lacks the dimension names xarray needs (xarray's zarr backend: KeyError)."""
+
+    __str__ = Exception.__str__  # not KeyError's quoted repr

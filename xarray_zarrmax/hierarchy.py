@@ -5,31 +5,44 @@
 - no v3 root: v2 ``.zmetadata`` (1 GET), else ``.zgroup``/``.zattrs``, LIST, member ``.zarray``/``.zattrs``.
 - never a probe for v2 keys once a v3 root is found.
 Concurrency is bounded by the fetch engine's one budget, not here.
+
+Bad metadata is an error, never a silently different Dataset: a member whose ``node_type`` is missing or
+unknown, a member name with ``.`` or ``..`` segments (it would name a key outside the group) and ``group=``
+paths zarr-python refuses all raise, naming the key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import functools
+import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import MetadataError
+from .errors import GroupNotFoundError, MetadataError, MetadataTypeError, NodeNotFoundError
 from .stores import ByteSource
 
 V3_KEY = "zarr.json"
 V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+#: the store's own metadata objects: listed next to members, never members themselves.
+METADATA_KEYS = frozenset({V3_KEY, V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED})
 
 
 @dataclass(frozen=True, slots=True)
 class ArrayNode:
-    """One array: its name in the group, its key prefix in the store, its parsed zarr metadata."""
+    """One array: its name in the group, its key prefix in the store, its metadata document as stored and
+    zarr-python's parse of it."""
 
     name: str
     path: str
     metadata: Any  # zarr ArrayV3Metadata | ArrayV2Metadata
+    # The stored JSON (``zarr.json``, or ``.zarray`` without the attributes): what the fast path reads is decided
+    # from it, not from zarr-python's classes (see plan.plan_array).
+    document: dict[str, Any] = field(compare=False, repr=False)
     # Shared by arrays whose metadata differ only in attributes and dimension names (see MetadataParser), so
     # what follows from structure alone (read plan, codecs) is worked out once per structure, not per array.
     structure: Any = field(default=None, compare=False, repr=False)
@@ -61,8 +74,44 @@ def _parse_json(raw: Any, key: str, source: ByteSource) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise MetadataError(f"malformed JSON in {key!r} of {source.label}: {err}") from None
     if not isinstance(doc, dict):
-        raise MetadataError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
+        raise MetadataTypeError(f"expected a JSON object in {key!r} of {source.label}. Got {type(doc).__name__}.")
     return doc
+
+
+def parse_group_path(group: str | None) -> str:
+    """``group=`` as a key prefix, normalized as zarr-python normalizes paths (backslashes as slashes, no
+    leading, trailing or repeated slashes), refusing what zarr-python refuses: ``.`` and ``..`` segments,
+    which would name keys outside the store."""
+    if group is None:
+        return ""
+    if not isinstance(group, str):
+        raise TypeError(f"group must be a str or None. Got {type(group).__name__}: {group!r}")
+    path = re.sub("/+", "/", group.replace("\\", "/")).strip("/")
+    segments = path.split("/")
+    if "." in segments or ".." in segments:
+        raise ValueError(f"group must be a path inside the store, without '.' or '..' segments. Got {group!r}.")
+    return path
+
+
+def _check_member_name(name: str, where: str, source: ByteSource) -> None:
+    """A member's name from a listing or consolidated metadata becomes part of every key read for it: one with
+    an empty, ``.`` or ``..`` segment would name keys outside its group."""
+    segments = name.split("/")
+    if "" in segments or "." in segments or ".." in segments:
+        raise MetadataError(
+            f"invalid member name {name!r} in {where} of {source.label}: expected a name without empty, "
+            "'.' or '..' path segments"
+        )
+
+
+def _member_node_type(doc: dict[str, Any], where: str, source: ByteSource) -> str:
+    """A v3 member's ``node_type``: "array" or "group" (a subgroup, not a variable); anything else raises, as
+    zarr-python raises. ``where`` names the document."""
+    node_type = doc.get("node_type")
+    if node_type == "array" or node_type == "group":
+        return node_type
+    got = "no node_type" if "node_type" not in doc else f"node_type={node_type!r}"
+    raise MetadataError(f"expected node_type 'array' or 'group' in {where} of {source.label}. Got {got}.")
 
 
 class MetadataParser:
@@ -79,11 +128,12 @@ class MetadataParser:
     def __init__(self) -> None:
         self._templates: dict[tuple[int, str], Any] = {}
 
-    def parse(self, doc: dict[str, Any], zarr_format: int) -> Any:
-        return self.parse_with_structure(doc, zarr_format)[0]
+    def parse(self, doc: dict[str, Any], zarr_format: int, path: str | None = None) -> Any:
+        return self.parse_with_structure(doc, zarr_format, path)[0]
 
-    def parse_with_structure(self, doc: dict[str, Any], zarr_format: int) -> tuple[Any, Any]:
-        """The parsed metadata, and the structure object it shares with same-structure arrays (else itself)."""
+    def parse_with_structure(self, doc: dict[str, Any], zarr_format: int, path: str | None = None) -> tuple[Any, Any]:
+        """The parsed metadata, and the structure object it shares with same-structure arrays (else itself).
+        ``path`` names the array in zarr-python's warnings about how it read the document."""
         from zarr.core.metadata.v2 import ArrayV2Metadata
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
@@ -92,18 +142,18 @@ class MetadataParser:
         try:
             key = (zarr_format, json.dumps({k: v for k, v in doc.items() if k not in self._PER_ARRAY}, sort_keys=True))
         except (TypeError, ValueError):
-            meta = cls.from_dict(dict(doc))
+            meta = _from_dict(cls, doc, path)
             return meta, meta
         template = self._templates.get(key)
         simple = isinstance(attrs, dict) and (dims is None or (
             isinstance(dims, list) and all(isinstance(d, str | None) for d in dims)))
         if template is None or not simple:
-            meta = cls.from_dict(dict(doc))
-            if simple and meta._stored_document is None:  # a repaired document is parsed on its own
+            meta = _from_dict(cls, doc, path)
+            if simple and _read_as_stored(doc, zarr_format):
                 self._templates[key] = meta
             return meta, meta
         if dims is not None and len(dims) != len(template.shape):
-            meta = cls.from_dict(dict(doc))
+            meta = _from_dict(cls, doc, path)
             return meta, meta
         meta = copy.copy(template)
         object.__setattr__(meta, "attributes", dict(attrs))
@@ -112,26 +162,67 @@ class MetadataParser:
         return meta, template
 
 
+@functools.cache
+def _names_the_array(cls: Any) -> bool:
+    return "path" in inspect.signature(cls.from_dict).parameters  # zarr-python >= 3.4.2
+
+
+def _from_dict(cls: Any, doc: dict[str, Any], path: str | None) -> Any:
+    if path is not None and _names_the_array(cls):
+        return cls.from_dict(dict(doc), path=path)
+    return cls.from_dict(dict(doc))
+
+
+def _plain_chunk_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(type(c) is int and c >= 1 for c in value)
+
+
+def _plain_inner_chunk_shapes(codecs: Any) -> bool:
+    for codec in codecs if isinstance(codecs, list) else ():
+        if isinstance(codec, dict) and codec.get("name") == "sharding_indexed":
+            config = codec.get("configuration")
+            if not isinstance(config, dict):
+                return False
+            if not (_plain_chunk_shape(config.get("chunk_shape")) and _plain_inner_chunk_shapes(config.get("codecs"))):
+                return False
+    return True
+
+
+def _read_as_stored(doc: dict[str, Any], zarr_format: int) -> bool:
+    """Whether zarr-python reads this document as stored, without a repair or a warning, so its parse may serve
+    other arrays. zarr-python repairs chunk sizes that are not JSON integers >= 1 on a regular grid (see
+    zarr.core.metadata.repair) and warns about an empty v2 filter list, once per array it reads: such
+    documents are parsed each on their own, as engine="zarr" parses them."""
+    if zarr_format == 2:
+        return _plain_chunk_shape(doc.get("chunks")) and doc.get("filters") != []
+    grid = doc.get("chunk_grid")
+    config = grid.get("configuration") if isinstance(grid, dict) and grid.get("name") == "regular" else None
+    return (isinstance(config, dict) and _plain_chunk_shape(config.get("chunk_shape"))
+            and _plain_inner_chunk_shapes(doc.get("codecs")))
+
+
+def _invalid_array(err: Exception, key: str, source: ByteSource) -> MetadataError:
+    """zarr-python's refusal of an array document, naming the key; a TypeError stays one."""
+    kind = MetadataTypeError if isinstance(err, TypeError) else MetadataError
+    return kind(f"invalid array metadata in {key!r} of {source.label}: {type(err).__name__}: {err}")
+
+
 def _array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, parser: MetadataParser) -> ArrayNode:
     try:
-        meta, structure = parser.parse_with_structure(doc, 3)
+        meta, structure = parser.parse_with_structure(doc, 3, _join(source.label, path))
     except Exception as err:
-        raise MetadataError(
-            f"invalid array metadata in {_join(path, V3_KEY)!r} of {source.label}: {type(err).__name__}: {err}"
-        ) from None
-    return ArrayNode(name, path, meta, structure)
+        raise _invalid_array(err, _join(path, V3_KEY), source) from None
+    return ArrayNode(name, path, meta, doc, structure)
 
 
 def _array_v2(
     name: str, path: str, zarray: dict[str, Any], zattrs: dict[str, Any], source: ByteSource, parser: MetadataParser
 ) -> ArrayNode:
     try:
-        meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2)
+        meta, structure = parser.parse_with_structure({**zarray, "attributes": zattrs}, 2, _join(source.label, path))
     except Exception as err:
-        raise MetadataError(
-            f"invalid array metadata in {_join(path, V2_ARRAY)!r} of {source.label}: {type(err).__name__}: {err}"
-        ) from None
-    return ArrayNode(name, path, meta, structure)
+        raise _invalid_array(err, _join(path, V2_ARRAY), source) from None
+    return ArrayNode(name, path, meta, zarray, structure)
 
 
 def _check_format(doc: dict[str, Any], expected: int, key: str, source: ByteSource) -> None:
@@ -166,7 +257,7 @@ async def load_group(
     data (coordinates) while other metadata is still arriving. With ``consolidated=False`` the LIST is sent
     together with the root GET: one round trip fewer.
     """
-    return await _Loader(source, (group or "").strip("/"), consolidated, variables, on_array).load(
+    return await _Loader(source, parse_group_path(group), consolidated, variables, on_array).load(
         parse_zarr_format(zarr_format)
     )
 
@@ -206,6 +297,14 @@ class _Loader:
             return await listing
         return await self.source.list_dir(self.gpath)
 
+    async def _member_names(self) -> list[str]:
+        """The group's listed children but its own metadata objects; every name is checked."""
+        names = [n for n in await self._list() if n not in METADATA_KEYS]
+        where = f"the listing of {self.gpath or '/'!r}"
+        for name in names:
+            _check_member_name(name, where, self.source)
+        return names
+
     def _wanted(self, name: str) -> bool:
         return self.variables is None or name in self.variables
 
@@ -225,17 +324,11 @@ class _Loader:
     async def _load_v3(self, doc: dict[str, Any]) -> GroupNode:
         source, gpath = self.source, self.gpath
         key = _join(gpath, V3_KEY)
-        if doc.get("node_type") != "group":
-            raise MetadataError(
-                f"expected a group in {key!r} of {source.label}. Got node_type={doc.get('node_type')!r}"
-            )
+        _check_group_node_type(doc, key, source)
         attributes = dict(doc.get("attributes") or {})
         cm = doc.get("consolidated_metadata")
         if self.consolidated is not False and isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
-            available = {
-                name: member for name, member in cm["metadata"].items()
-                if "/" not in name and isinstance(member, dict) and member.get("node_type") == "array"
-            }
+            available = _consolidated_v3_arrays(cm["metadata"], key, source)
             arrays = await self._select(
                 available, lambda n, d: _array_v3(n, _join(gpath, n), d, source, self.parser)
             )
@@ -243,7 +336,7 @@ class _Loader:
         if self.consolidated is True:
             raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
 
-        names = [n for n in await self._list() if n != V3_KEY]
+        names = await self._member_names()
         arrays = await self._fetch_v3([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v3(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
@@ -256,10 +349,11 @@ class _Loader:
             raw = await source.get(_join(gpath, name, V3_KEY))
             if raw is None:
                 return None  # a stray object or a folder without metadata: not a member
-            doc = _parse_json(raw, _join(gpath, name, V3_KEY), source)
-            if doc.get("node_type") != "array":
-                return None
-            _check_format(doc, 3, _join(gpath, name, V3_KEY), source)
+            key = _join(gpath, name, V3_KEY)
+            doc = _parse_json(raw, key, source)
+            if _member_node_type(doc, repr(key), source) == "group":
+                return None  # a subgroup: not a variable of this group
+            _check_format(doc, 3, key, source)
             node = _array_v3(name, _join(gpath, name), doc, source, self.parser)
             await self._announce([node])
             return node
@@ -273,16 +367,16 @@ class _Loader:
             raw = await source.get(_join(gpath, V2_CONSOLIDATED))
             if raw is not None:
                 return await self._from_zmetadata(_parse_json(raw, _join(gpath, V2_CONSOLIDATED), source))
-            if self.consolidated is True:
-                raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
         zgroup_raw, zattrs_raw = await asyncio.gather(
             source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
         )
         if zgroup_raw is None:
-            return None
+            return None  # no group here at all: the caller says so
+        if self.consolidated is True:
+            raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
         attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
-        names = [n for n in await self._list() if not n.startswith(".z")]
+        names = await self._member_names()
         arrays = await self._fetch_v2([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v2(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
@@ -313,31 +407,69 @@ class _Loader:
         if not isinstance(meta, dict):
             raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
         attributes = dict(meta.get(V2_ATTRS, {}) or {})
-        available = {
-            key[: -len(V2_ARRAY) - 1]: (value, meta.get(_join(key[: -len(V2_ARRAY) - 1], V2_ATTRS), {}) or {})
-            for key, value in meta.items()
-            if key.endswith("/" + V2_ARRAY) and "/" not in key[: -len(V2_ARRAY) - 1]
-        }
+        available = _consolidated_v2_arrays(meta, _join(gpath, V2_CONSOLIDATED), source)
         arrays = await self._select(
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
         return GroupNode(gpath, 2, attributes, arrays)
 
 
+def _check_group_node_type(doc: dict[str, Any], key: str, source: ByteSource) -> None:
+    """The opened group's own document: zarr-python reads one without ``node_type`` as a group."""
+    node_type = doc.get("node_type", "group")
+    if node_type == "array":
+        raise MetadataError(f"expected a group in {key!r} of {source.label}. Got an array (node_type='array').")
+    if node_type != "group":
+        raise NodeNotFoundError(
+            f"expected a group in {key!r} of {source.label}: node_type 'group'. Got node_type={node_type!r}."
+        )
+
+
+def _consolidated_v3_arrays(members: dict[str, Any], key: str, source: ByteSource) -> dict[str, dict[str, Any]]:
+    """The group's own arrays in its v3 consolidated metadata. Every member is checked as zarr-python checks
+    it (a name inside the group, a JSON object, node_type "array" or "group"); names with a "/" are members
+    of subgroups."""
+    arrays = {}
+    where = f"the consolidated metadata in {key!r}"
+    for name, member in members.items():
+        _check_member_name(name, where, source)
+        if not isinstance(member, dict):
+            raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
+                                    f"Got {type(member).__name__}.")
+        if _member_node_type(member, f"member {name!r} of {where}", source) == "array" and "/" not in name:
+            arrays[name] = member
+    return arrays
+
+
+def _consolidated_v2_arrays(meta: dict[str, Any], key: str, source: ByteSource) -> dict[str, tuple[Any, Any]]:
+    """The group's own arrays in its ``.zmetadata``, as (``.zarray``, ``.zattrs``) pairs; every member's name
+    is checked."""
+    arrays = {}
+    where = f"the consolidated metadata in {key!r}"
+    for entry, value in meta.items():
+        name, _, last = entry.rpartition("/")
+        if last not in METADATA_KEYS or not name:
+            continue  # the group's own documents, or an entry that names no member
+        _check_member_name(name, where, source)
+        if last == V2_ARRAY and "/" not in name:
+            arrays[name] = (value, meta.get(_join(name, V2_ATTRS), {}) or {})
+    return arrays
+
+
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:
+    """No group metadata at ``gpath``: FileNotFoundError, and KeyError too for a ``group=`` inside the store,
+    as zarr-python raises there."""
+    missing = GroupNotFoundError if gpath else NodeNotFoundError
+    where = f"{source.label} (group {gpath or '/'!r})"
     try:
         listing = await source.list_dir(gpath)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"no Zarr store at {err}") from None
+        raise missing(f"no Zarr store at {err}") from None
     wanted = {3: "zarr.json", 2: ".zgroup or .zmetadata"}.get(zarr_format or 0, "zarr.json, .zgroup or .zmetadata")
     if not listing:
-        raise FileNotFoundError(
-            f"no Zarr store at {source.label} (group {gpath or '/'!r}): the location is empty or does not exist"
-        )
+        raise missing(f"no Zarr group at {where}: the location is empty or does not exist")
     shown = ", ".join(listing[:5]) + (", ..." if len(listing) > 5 else "")
-    raise MetadataError(
-        f"not a Zarr group: {source.label} (group {gpath or '/'!r}) has no {wanted}; it contains: {shown}"
-    )
+    raise missing(f"not a Zarr group: {where} has no {wanted}; it contains: {shown}")
 
 
 def _coordinate_names(arrays: dict[str, ArrayNode]) -> set[str]:

@@ -1,14 +1,25 @@
-"""Everything a task needs to read one array, from its zarr metadata: small, frozen, picklable."""
+"""Everything a task needs to read one array, from its stored metadata document: small, frozen, picklable."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .decode import ChunkCodec, Unsupported, output_dtype, plan_v2_chunk, plan_v3_chunk
-from .shard import ShardFormat, plan_shard_format
+from .decode import (
+    V3_DATA_TYPES,
+    ChunkCodec,
+    Unsupported,
+    chunk_shape_of,
+    codec_name,
+    named_config,
+    output_dtype,
+    plan_v2_chunk,
+    plan_v3_chunk,
+)
+from .shard import SHARDING_KEYS, ShardFormat, plan_shard_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,35 +72,70 @@ def _fill(metadata: Any, dtype: np.dtype) -> Any:
     return np.asarray(value, dtype=dtype)[()] if dtype.kind != "b" else np.bool_(value)
 
 
-def plan_array(name: str, path: str, metadata: Any) -> ArrayPlan:
-    """Build the plan, or raise `Unsupported` saying why the array must go through zarr-python."""
+#: the fields of a stored document the fast path reads; any other field sends the array to zarr-python.
+V3_FIELDS = frozenset({"zarr_format", "node_type", "data_type", "shape", "chunk_grid", "chunk_key_encoding",
+                       "fill_value", "codecs", "attributes", "dimension_names", "storage_transformers"})
+V2_FIELDS = frozenset({"zarr_format", "shape", "chunks", "dtype", "compressor", "fill_value", "order", "filters",
+                       "dimension_separator"})
+
+
+def plan_array(name: str, path: str, metadata: Any, document: Mapping[str, Any]) -> ArrayPlan:
+    """Build the plan, or raise `Unsupported` saying why the array must go through zarr-python.
+
+    What to read is decided from the stored ``document`` (see `decode.named_config`); zarr-python's parse of
+    it, ``metadata``, gives the shape, the fill value and the dtype zarr-python returns.
+    """
     dtype = output_dtype(metadata)
     shape = tuple(int(s) for s in metadata.shape)
+    fields = V2_FIELDS if metadata.zarr_format == 2 else V3_FIELDS
+    unknown = set(document) - fields
+    if unknown:
+        raise Unsupported(f"metadata fields {sorted(unknown)} are not on the fast path")
     if metadata.zarr_format == 2:
-        codec = plan_v2_chunk(metadata)
-        keys = KeyEncoding(path, metadata.dimension_separator or ".", True)
-        return ArrayPlan(name, shape, dtype, _fill(metadata, dtype), codec.chunk_shape, codec, None, keys)
+        return _plan_v2(name, path, metadata, document, shape, dtype)
+    return _plan_v3(name, path, metadata, document, shape, dtype)
 
-    if getattr(metadata, "storage_transformers", ()):
+
+def _plan_v2(name: str, path: str, metadata: Any, document: Mapping[str, Any], shape: tuple[int, ...],
+             dtype: np.dtype) -> ArrayPlan:
+    chunks = chunk_shape_of(document.get("chunks"), len(shape), "chunk shape")
+    separator = document.get("dimension_separator", ".")
+    if separator not in (".", "/"):
+        raise Unsupported(f"dimension separator {separator!r:.80} is not on the fast path")
+    codec = plan_v2_chunk(document, chunks, dtype)
+    keys = KeyEncoding(path, separator, True)
+    return ArrayPlan(name, shape, dtype, _fill(metadata, dtype), chunks, codec, None, keys)
+
+
+def _plan_v3(name: str, path: str, metadata: Any, document: Mapping[str, Any], shape: tuple[int, ...],
+             dtype: np.dtype) -> ArrayPlan:
+    if document.get("storage_transformers", []) != []:
         raise Unsupported("storage transformers are not on the fast path")
-    grid = metadata.chunk_grid
-    if type(grid).__name__ not in ("RegularChunkGrid", "RegularChunkGridMetadata"):
-        raise Unsupported(f"chunk grid {type(grid).__name__} is not on the fast path")
-    outer = tuple(int(c) for c in grid.chunk_shape)
-    enc = metadata.chunk_key_encoding
-    kind = type(enc).__name__
-    if kind not in ("DefaultChunkKeyEncoding", "V2ChunkKeyEncoding"):
-        raise Unsupported(f"chunk key encoding {kind} is not on the fast path")
-    keys = KeyEncoding(path, str(enc.separator), kind == "V2ChunkKeyEncoding")
-    codecs = tuple(metadata.codecs)
+    data_type = document.get("data_type")
+    if not isinstance(data_type, str) or data_type not in V3_DATA_TYPES:
+        raise Unsupported(f"data type {data_type!r:.80} is not on the fast path")
+    if dtype != np.dtype(data_type):
+        raise Unsupported(f"zarr-python reads data type {data_type!r} as {dtype}")
+    _, grid = named_config(document.get("chunk_grid"), {"regular": ("chunk_shape",)}, "chunk grid")
+    outer = chunk_shape_of(grid.get("chunk_shape"), len(shape), "chunk shape")
+    keys = _key_encoding(document.get("chunk_key_encoding"), path)
+    codecs = document.get("codecs")
+    if not isinstance(codecs, list):
+        raise Unsupported(f"codecs {codecs!r:.80} are not a list")
     shard: ShardFormat | None = None
-    if len(codecs) == 1 and type(codecs[0]).__name__ == "ShardingCodec":
-        sharding = codecs[0]
-        shard = plan_shard_format(sharding, outer)
-        inner = tuple(int(c) for c in sharding.chunk_shape)
-        codec = plan_v3_chunk(tuple(sharding.codecs), inner, dtype)
-    elif any(type(c).__name__ == "ShardingCodec" for c in codecs):
-        raise Unsupported("sharding combined with other codecs is not on the fast path")
+    if [codec_name(c) for c in codecs] == ["sharding_indexed"]:
+        _, config = named_config(codecs[0], {"sharding_indexed": SHARDING_KEYS}, "codec")
+        shard = plan_shard_format(config, outer)
+        inner = tuple(s // n for s, n in zip(outer, shard.chunks_per_shard, strict=True))
+        codec = plan_v3_chunk(config.get("codecs"), inner, dtype)
     else:
-        codec = plan_v3_chunk(codecs, outer, dtype)
+        codec = plan_v3_chunk(codecs, outer, dtype)  # refuses a sharding codec among others
     return ArrayPlan(name, shape, dtype, _fill(metadata, dtype), outer, codec, shard, keys)
+
+
+def _key_encoding(entry: Any, path: str) -> KeyEncoding:
+    name, config = named_config(entry, {"default": ("separator",), "v2": ("separator",)}, "chunk key encoding")
+    separator = config.get("separator", "/" if name == "default" else ".")
+    if separator not in ("/", "."):
+        raise Unsupported(f"chunk key separator {separator!r:.80} is not on the fast path")
+    return KeyEncoding(path, separator, name == "v2")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .decode import Unsupported, check_crc32c
+from .decode import Unsupported, check_crc32c, chunk_shape_of, named_config
 from .errors import CorruptDataError
 
 EMPTY = np.uint64(2**64 - 1)
@@ -32,20 +32,32 @@ class ShardFormat:
         return (object_size - n, object_size) if self.index_at_end else (0, n)
 
 
-def plan_shard_format(codec: Any, shard_shape: tuple[int, ...]) -> ShardFormat:
-    inner = tuple(int(c) for c in codec.chunk_shape)
+#: the ``sharding_indexed`` configuration keys the fast path reads (``index_location`` defaults to "end").
+SHARDING_KEYS = ("chunk_shape", "codecs", "index_codecs", "index_location")
+
+
+def plan_shard_format(config: dict[str, Any], shard_shape: tuple[int, ...]) -> ShardFormat:
+    """The layout a stored ``sharding_indexed`` configuration declares, or `Unsupported` saying why not."""
+    inner = chunk_shape_of(config.get("chunk_shape"), len(shard_shape), "inner chunk shape")
     if any(s % c for s, c in zip(shard_shape, inner, strict=True)):
         raise Unsupported(f"shard shape {shard_shape} is not a multiple of the chunk shape {inner}")
-    names = [type(c).__name__ for c in codec.index_codecs]
-    if not names or names[0] != "BytesCodec" or any(n != "Crc32cCodec" for n in names[1:]) or len(names) > 2:
-        raise Unsupported(f"shard index codecs {names} are not on the fast path")
-    endian = str(getattr(codec.index_codecs[0].endian, "value", codec.index_codecs[0].endian))
-    location = str(getattr(codec.index_location, "value", codec.index_location))
+    index_codecs = config.get("index_codecs")
+    if not isinstance(index_codecs, list) or len(index_codecs) not in (1, 2):
+        raise Unsupported(f"shard index codecs {index_codecs!r:.80} are not on the fast path")
+    _, bytes_config = named_config(index_codecs[0], {"bytes": ("endian",)}, "shard index codec")
+    endian = bytes_config.get("endian")
+    if endian not in ("little", "big"):
+        raise Unsupported(f"shard index endian {endian!r:.80} is not on the fast path")
+    if len(index_codecs) == 2:
+        named_config(index_codecs[1], {"crc32c": ()}, "shard index checksum codec")
+    location = config.get("index_location", "end")
+    if location not in ("start", "end"):
+        raise Unsupported(f"shard index location {location!r:.80} is not on the fast path")
     return ShardFormat(
         chunks_per_shard=tuple(s // c for s, c in zip(shard_shape, inner, strict=True)),
         index_at_end=location == "end",
         index_big_endian=endian == "big",
-        index_crc32c=len(names) == 2,
+        index_crc32c=len(index_codecs) == 2,
     )
 
 

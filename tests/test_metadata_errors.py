@@ -1,0 +1,266 @@
+"""Bad metadata is an error, never a silently different Dataset; errors are of the types engine="zarr" raises,
+so ``except`` clauses written for it keep working; ``group=`` and member names stay inside the store."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.storage import MemoryStore
+
+from xarray_zarrmax import MetadataError
+
+
+def write_group(path: Path, zarr_format: int = 3, consolidated: bool = False) -> Path:
+    group = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    dims = {"dimension_names": ["x"]} if zarr_format == 3 else {"attributes": {"_ARRAY_DIMENSIONS": ["x"]}}
+    group.create_array("v", shape=(4,), chunks=(2,), dtype="f4", **dims)[:] = np.arange(4, dtype="f4")
+    if consolidated:
+        zarr.consolidate_metadata(path)
+    return path
+
+
+def edit_json(path: Path, edit: Callable[[Any], Any]) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def consolidated_member(path: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
+    edit_json(path / "zarr.json", lambda d: edit(d["consolidated_metadata"]["metadata"]))
+
+
+# -- the bad stores: how each is made, how it is opened, what our message must name ------------------------
+
+
+@dataclass
+class Bad:
+    make: Callable[[Path], Any]  # returns what both engines open
+    names: str  # a regex our message must match: the key, member or group at fault
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def member_without_node_type(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.pop("node_type"))
+    return p
+
+
+def member_with_misspelled_node_type(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.update(node_type="arrray"))
+    return p
+
+
+def subgroup_without_node_type(p: Path) -> Path:
+    write_group(p)
+    (p / "sub").mkdir()
+    (p / "sub" / "zarr.json").write_text(json.dumps({"zarr_format": 3, "attributes": {}}))
+    return p
+
+
+def consolidated_member_without_node_type(p: Path) -> Path:
+    consolidated_member(write_group(p, consolidated=True), lambda m: m["v"].pop("node_type"))
+    return p
+
+
+def consolidated_member_with_misspelled_node_type(p: Path) -> Path:
+    consolidated_member(write_group(p, consolidated=True), lambda m: m["v"].update(node_type="arrray"))
+    return p
+
+
+def consolidated_member_named(name: str, zarr_format: int) -> Callable[[Path], Path]:
+    def make(p: Path) -> Path:
+        write_group(p, zarr_format, consolidated=True)
+        if zarr_format == 3:
+            consolidated_member(p, lambda m: m.update({name: m["v"]}))
+        else:
+            edit_json(p / ".zmetadata", lambda d: d["metadata"].update(
+                {f"{name}/.zarray": d["metadata"]["v/.zarray"], f"{name}/.zattrs": d["metadata"]["v/.zattrs"]}))
+        return p
+    return make
+
+
+def listing_with_dot_dot(_: Path) -> MemoryStore:
+    store = MemoryStore()
+    write_group_in(store)
+    store._store_dict["../zarr.json"] = store._store_dict["v/zarr.json"]  # a key a listing names ".."
+    return store
+
+
+def write_group_in(store: Any) -> None:
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    group.create_array("v", shape=(4,), chunks=(2,), dtype="f4", dimension_names=["x"])[:] = 1.0
+
+
+def not_zarr(p: Path) -> Path:
+    p.mkdir()
+    (p / "notes.txt").write_text("hello")
+    return p
+
+
+def empty(p: Path) -> Path:
+    p.mkdir()
+    return p
+
+
+def without_dimension_names(p: Path) -> Path:
+    write_group(p)
+    edit_json(p / "v" / "zarr.json", lambda d: d.pop("dimension_names"))
+    return p
+
+
+def without_array_dimensions(p: Path) -> Path:
+    write_group(p, zarr_format=2)
+    edit_json(p / "v" / ".zattrs", lambda d: d.pop("_ARRAY_DIMENSIONS"))
+    return p
+
+
+def zarray_not_an_object(p: Path) -> Path:
+    write_group(p, zarr_format=2)
+    (p / "v" / ".zarray").write_text("[1, 2]")
+    return p
+
+
+def malformed_member_json(p: Path) -> Path:
+    write_group(p)
+    (p / "v" / "zarr.json").write_text("{not json")
+    return p
+
+
+def sibling_store(p: Path) -> Path:
+    write_group(p.parent / "other.zarr")
+    return write_group(p)
+
+
+BAD = {
+    "member zarr.json without node_type": Bad(member_without_node_type, "'v/zarr.json'"),
+    "member zarr.json with misspelled node_type": Bad(member_with_misspelled_node_type, "'v/zarr.json'.*'arrray'"),
+    "subgroup zarr.json without node_type": Bad(subgroup_without_node_type, "'sub/zarr.json'"),
+    "consolidated member without node_type": Bad(consolidated_member_without_node_type, "member 'v' .*'zarr.json'"),
+    "consolidated member with misspelled node_type": Bad(consolidated_member_with_misspelled_node_type,
+                                                         "member 'v' .*'zarr.json'.*'arrray'"),
+    "consolidated v3 member named ..": Bad(consolidated_member_named("..", 3), r"'\.\.' .*'zarr.json'"),
+    "consolidated v3 member named .": Bad(consolidated_member_named(".", 3), r"'\.' .*'zarr.json'"),
+    "consolidated v2 member named ..": Bad(consolidated_member_named("..", 2), r"'\.\.' .*'\.zmetadata'"),
+    "listed member named ..": Bad(listing_with_dot_dot, r"'\.\.' in the listing of '/'"),
+    "group= with a .. segment": Bad(sibling_store, r"'\.\./other\.zarr'", {"group": "../other.zarr"}),
+    "group= with a . segment": Bad(write_group, r"'a/\./b'", {"group": "a/./b"}),
+    "missing group": Bad(write_group, "group 'nope'", {"group": "nope"}),
+    "missing group, consolidated": Bad(lambda p: write_group(p, consolidated=True), "group 'nope'",
+                                       {"group": "nope", "consolidated": True}),
+    "missing group, not consolidated": Bad(write_group, "group 'nope'", {"group": "nope", "consolidated": False}),
+    "missing v2 group": Bad(lambda p: write_group(p, 2, consolidated=True), "group 'nope'", {"group": "nope"}),
+    "no Zarr metadata": Bad(not_zarr, "no zarr.json, .zgroup or .zmetadata.*notes.txt"),
+    "empty location": Bad(empty, "group '/'.*empty"),
+    "zarr_format=2 on a v3 store": Bad(write_group, r"no \.zgroup or \.zmetadata", {"zarr_format": 2}),
+    "consolidated=True without consolidated metadata": Bad(write_group, "'zarr.json'.*no consolidated",
+                                                           {"consolidated": True}),
+    "v3 array without dimension_names": Bad(without_dimension_names, "array 'v' .*dimension_names"),
+    "v2 array without _ARRAY_DIMENSIONS": Bad(without_array_dimensions, "array 'v' .*_ARRAY_DIMENSIONS"),
+    ".zarray not a JSON object": Bad(zarray_not_an_object, r"'v/\.zarray'"),
+    "malformed member JSON": Bad(malformed_member_json, "'v/zarr.json'"),
+}
+
+
+def builtin_types(err: BaseException) -> set[type]:
+    """The built-in exception classes an error is an instance of (zarr's own classes are built on them)."""
+    return {c for c in type(err).__mro__ if c.__module__ == "builtins" and c not in (BaseException, Exception, object)}
+
+
+def error_of(engine: str, target: Any, kwargs: dict[str, Any]) -> BaseException:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zarr's fallback from consolidated to unconsolidated metadata
+            xr.open_dataset(target, engine=engine, **kwargs)
+    except Exception as err:
+        return err
+    raise AssertionError(f"engine={engine!r} opened it without an error")
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_metadata_raises_what_engine_zarr_raises(tmp_path, case):
+    bad = BAD[case]
+    target = bad.make(tmp_path / "bad.zarr")
+    kwargs = {"consolidated": None, **bad.kwargs}
+    theirs = error_of("zarr", target, kwargs)
+    ours = error_of("zarrmax", target, kwargs)
+    missing = [t.__name__ for t in builtin_types(theirs) if not isinstance(ours, t)]
+    assert not missing, f"{type(ours).__name__}: {ours} is not a {missing} as zarr's {type(theirs).__name__}: {theirs}"
+    assert re.search(bad.names, str(ours)), str(ours)
+
+
+def test_error_classes_are_both_ours_and_built_in():
+    from xarray_zarrmax.errors import GroupNotFoundError, MissingDimensionsError, NodeNotFoundError
+
+    assert issubclass(NodeNotFoundError, MetadataError) and issubclass(NodeNotFoundError, FileNotFoundError)
+    assert issubclass(GroupNotFoundError, NodeNotFoundError) and issubclass(GroupNotFoundError, KeyError)
+    assert issubclass(MissingDimensionsError, MetadataError) and issubclass(MissingDimensionsError, KeyError)
+    # the message reads as written, not as KeyError's quoted repr or OSError's errno form
+    assert str(GroupNotFoundError("no group 'a'")) == "no group 'a'"
+    assert str(MissingDimensionsError("array 'v' has none")) == "array 'v' has none"
+    for kind in (NodeNotFoundError, GroupNotFoundError, MissingDimensionsError):
+        assert issubclass(kind, ValueError)  # still caught where MetadataError (a ValueError) was
+
+
+# -- what is and is not a member --------------------------------------------------------------------------
+
+
+def test_v2_member_named_like_metadata_is_still_a_member(tmp_path):
+    """Only the store's own metadata objects are left out of a listing: an array ".zeta" is a variable."""
+    path = write_group(tmp_path / "z.zarr", zarr_format=2)
+    group = zarr.open_group(path, mode="a")
+    group.create_array(".zeta", shape=(4,), chunks=(2,), dtype="i2", attributes={"_ARRAY_DIMENSIONS": ["x"]})[:] = 7
+    ours = xr.open_dataset(path, engine="zarrmax")
+    oracle = xr.open_dataset(path, engine="zarr", consolidated=False)
+    assert set(ours.variables) == set(oracle.variables) == {"v", ".zeta"}
+    xr.testing.assert_identical(ours.load(), oracle.load())
+
+
+def test_subgroups_are_not_variables(tmp_path):
+    path = write_group(tmp_path / "s.zarr")
+    write_group(path / "sub")
+    for consolidated in (False, True):
+        if consolidated:
+            zarr.consolidate_metadata(path)
+        ours = xr.open_dataset(path, engine="zarrmax", consolidated=consolidated)
+        oracle = xr.open_dataset(path, engine="zarr", consolidated=consolidated)
+        assert set(ours.variables) == set(oracle.variables) == {"v"}
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("name", ["../w", "a/../w", "./w"])
+def test_consolidated_names_leaving_their_group_are_refused(tmp_path, zarr_format, name):
+    """A nested name is a subgroup's member, but one with "." or ".." segments names no member at all."""
+    path = consolidated_member_named(name, zarr_format)(tmp_path / "c.zarr")
+    key = "zarr.json" if zarr_format == 3 else ".zmetadata"
+    with pytest.raises(MetadataError, match=f"invalid member name {re.escape(repr(name))} .*'{re.escape(key)}'"):
+        xr.open_dataset(path, engine="zarrmax")
+
+
+def test_group_outside_the_store_reads_nothing(tmp_path):
+    from xarray_zarrmax import request_counts
+
+    path = sibling_store(tmp_path / "in.zarr")
+    with request_counts() as counts, pytest.raises(ValueError, match=r"without '\.' or '\.\.' segments"):
+        xr.open_dataset(path, engine="zarrmax", group="../other.zarr")
+    assert counts.keys == []
+
+
+def test_group_paths_normalized_as_zarr_does(tmp_path):
+    path = tmp_path / "n.zarr"
+    write_group(path)
+    write_group(path / "a" / "b")
+    for group in ("a\\b", "a//b", "/a/b/"):
+        ours = xr.open_dataset(path, engine="zarrmax", group=group)
+        oracle = xr.open_dataset(path, engine="zarr", group=group, consolidated=False)
+        xr.testing.assert_identical(ours.load(), oracle.load())
