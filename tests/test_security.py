@@ -338,7 +338,9 @@ def sibling_stores(tmp_path):
 @pytest.mark.parametrize("group", ["../other.zarr", "sub/../../other.zarr"])
 def test_group_cannot_open_a_sibling_store(tmp_path, group):
     path = sibling_stores(tmp_path)
-    with pytest.raises(ValueError, match=rf"Got '{re.escape(group)}/zarr.json' on file://{path} instead"):
+    # refused at open, before any key is built (stores refuse such keys too: tested above)
+    with pytest.raises(ValueError, match=rf"group must be a path inside the store, without '.' or '..' segments. "
+                                         rf"Got '{re.escape(group)}'"):
         xr.open_dataset(path, engine="zarrmax", group=group)
     with pytest.raises(ValueError, match="'.' or '..' segments"):  # as zarr-python refuses it
         xr.open_dataset(path, engine="zarr", group=group, consolidated=False)
@@ -354,7 +356,8 @@ def test_consolidated_member_named_dot_dot_cannot_read_the_parent(tmp_path):
         "zarr_format": 3, "node_type": "group", "attributes": {},
         "consolidated_metadata": {"kind": "inline", "must_understand": False, "metadata": {"..": member}},
     }))
-    with pytest.raises(ValueError, match=r"Got '../c/0' on file://.*inner.zarr instead"):
+    with pytest.raises(ValueError, match=r"invalid member name '..' in the consolidated metadata in 'zarr.json' of "
+                                         r"file://.*inner.zarr: expected a name without empty, '.' or '..' path"):
         xr.open_dataset(tmp_path / "inner.zarr", engine="zarrmax", consolidated=True)[".."].values
 
 

@@ -16,6 +16,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,3 +204,69 @@ def write_many_variable_group(store: Any, n_vars: int = 273, *, consolidated: bo
     if consolidated:
         zarr.consolidate_metadata(store)
     return names
+
+
+# -- counting the requests zarr-python sends (engine="zarr") --------------------------------------------------
+
+
+def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
+    """``store`` wrapped so that every request zarr-python sends through it is counted into ``counts``: GETs
+    (whole, ranged, and each batch of ``get_ranges``), LISTs (one per listing call) and HEADs (``exists``,
+    ``getsize``). zarr's ``LoggingStore`` counts method calls but lets ``get_ranges`` and ``_get_many`` through
+    uncounted and logs every call, so the suite has its own small wrapper."""
+    from zarr.storage import WrapperStore
+
+    class CountingStore(WrapperStore):  # type: ignore[type-arg]
+        def __init__(self, store: Any, counts: Counter[str] | None = None) -> None:
+            super().__init__(store)
+            self.counts: Counter[str] = Counter() if counts is None else counts
+
+        def _with_store(self, store: Any) -> CountingStore:
+            return type(self)(store, self.counts)  # with_read_only() and friends keep counting
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            self.counts["get"] += 1
+            return await self._store.get(key, prototype, byte_range)
+
+        def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
+            self.counts["get"] += 1
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> Any:
+            key_ranges = list(key_ranges)
+            self.counts["get"] += len(key_ranges)
+            return await self._store.get_partial_values(prototype, key_ranges)
+
+        async def get_ranges(self, key: str, byte_ranges: Sequence[Any], **kwargs: Any) -> AsyncIterator[Any]:
+            async for group in super().get_ranges(key, byte_ranges, **kwargs):
+                self.counts["get"] += 1  # one batch per underlying request
+                yield group
+
+        async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
+            for key, prototype, byte_range in requests:  # zarr's default, through our counted get
+                yield key, await self.get(key, prototype, byte_range)
+
+        async def exists(self, key: str) -> bool:
+            self.counts["head"] += 1
+            return await self._store.exists(key)
+
+        async def getsize(self, key: str) -> int:
+            self.counts["head"] += 1
+            return await self._store.getsize(key)
+
+        async def list(self) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list():
+                yield key
+
+        async def list_prefix(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list_prefix(prefix):
+                yield key
+
+        async def list_dir(self, prefix: str) -> AsyncIterator[str]:  # type: ignore[override]
+            self.counts["list"] += 1
+            async for key in self._store.list_dir(prefix):
+                yield key
+
+    return CountingStore(store, counts)

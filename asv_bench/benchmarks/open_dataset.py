@@ -30,7 +30,9 @@ def opener(cache: dict[str, Any], engine: str, consolidated: bool, latency_ms: i
         def open_zarr() -> Any:
             store: Any = zarr.storage.ObjectStore(server.obstore(BUCKET, prefix, endpoint), read_only=True)
             if counts is not None:
-                store = helpers.counting_store(store, counts)
+                from xarray_zarrmax.testing import counting_store
+
+                store = counting_store(store, counts)
             return xr.open_dataset(store, engine="zarr", chunks={}, consolidated=consolidated)
 
         return open_zarr
