@@ -2,13 +2,17 @@
 # The whole test suite on a fresh machine: .venv, MinIO/toxiproxy binaries, pytest against real services.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Hypothesis draws from this seed: rerun a failure with HYPOTHESIS_SEED=N bash ci/test.sh (or pytest --hypothesis-seed=N).
+seed="${HYPOTHESIS_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
+case "$seed" in ''|*[!0-9]*) echo "ci/test.sh: HYPOTHESIS_SEED must be a non-negative integer. Got '$seed'." >&2; exit 1;; esac
+echo "hypothesis seed: $seed"
 bash ci/setup.sh test || exit 1
 bash ci/install_services.sh || exit 1
 start=$(date +%s)
 .venv/bin/ruff check xarray_zarrmax tests asv_bench || exit 1
 .venv/bin/mypy xarray_zarrmax || exit 1
 log=$(mktemp)
-.venv/bin/python -m pytest tests "$@" 2>&1 | tee "$log"
+.venv/bin/python -m pytest tests --hypothesis-seed="$seed" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "test suite took $(( $(date +%s) - start )) s"
 if [ "$rc" -eq 5 ]; then

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from tests.stores import STORE_KINDS, StoreFactory
 from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
@@ -13,6 +14,15 @@ from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxipro
 os.environ.setdefault("ICECHUNK_LOG", "error")  # its per-commit warning about local storage floods the log
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Hypothesis runs are reproducible from the seed ci/test.sh prints (pytest --hypothesis-seed=N). In CI: no example
+# database (a fresh clone has none to replay, and writing one is wasted work), the failing example's blob in the
+# log, and no shrinking: a failure is reported as found, not after minutes of shrinking per test; rerun it
+# locally with the printed seed to get the minimal example.
+settings.register_profile("ci", database=None, print_blob=True,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target])
+if IN_CI:
+    settings.load_profile("ci")
 
 warnings.filterwarnings("ignore", message=".*consolidated.*", category=RuntimeWarning)
 

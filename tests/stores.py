@@ -32,6 +32,19 @@ class Written:
             self.oracle_store = ro.store
         return self
 
+    @property
+    def snapshots(self) -> bool:
+        """Whether what was opened keeps reading the same bytes after a rewrite (an Icechunk snapshot)."""
+        return self._repo is not None
+
+    def rewrite(self) -> Any:
+        """A store to change the data through; call ``finish`` afterwards. Readers opened before keep their
+        ``target``: the same objects (they see the change), or for Icechunk the snapshot they opened."""
+        if self._repo is not None:
+            self._session = self._repo.writable_session("main")
+            self.store = self._session.store
+        return self.store
+
 
 class StoreFactory:
     def __init__(self, kind: str, tmp: Path, minio: Any = None, bucket: str | None = None) -> None:
