@@ -130,6 +130,8 @@ class FallbackArray(BackendArray):
 
     async def read_async(self, key: tuple[Any, ...], kind: str = "basic") -> np.ndarray:
         """zarr-python's answer to a basic, ``oindex`` or ``vindex`` selection, as a NumPy array of `dtype`."""
+        if kind == "basic":
+            kind = _zarr_selection_kind(key, len(self.shape))
         failure: BaseException | None = None
         try:
             array = self.zarr_array()
@@ -145,15 +147,31 @@ class FallbackArray(BackendArray):
             failure = self.source.scrubbed(err)
         if failure is not None:
             raise failure
-        # A scalar selection comes back as a Python or NumPy scalar: as engine="zarr", keep the array's dtype
-        # (StringDType, "<U5", "|S5"), which np.asarray of the scalar alone would narrow to "<U1" and the like.
-        return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=self.dtype)
+        # What engine="zarr" does with zarr's answer: a Python str from a StringDType array keeps that dtype
+        # (np.asarray alone would make it "<U3"); a NumPy scalar (np.str_, np.bytes_) becomes an array of its own
+        # itemsize, so a 0-d "<U5" array holding "ab" reads as "<U2", as it does there.
+        if self.dtype.kind == "T" and isinstance(value, str):
+            return np.asarray(value, dtype=self.dtype)
+        return np.asarray(value)
 
     def _getitem(self, key: tuple[Any, ...], kind: str = "basic") -> Any:
         host = run_sync(self.read_async(key, kind))
         if self.device is None:
             return host
         return _to_device(resolve_device(self.device), host)  # decoded on the CPU by zarr-python
+
+
+def _zarr_selection_kind(key: tuple[Any, ...], ndim: int) -> str:
+    """How zarr's ``Array.__getitem__`` (what engine="zarr" calls) reads a basic selection: integers count as
+    orthogonal there and come back as a 0-d array of the array's dtype, where the async ``getitem`` would give
+    a scalar (which NumPy narrows: "<U1" for "b" of a "<U5" array)."""
+    from zarr.core.indexing import is_pure_fancy_indexing, is_pure_orthogonal_indexing
+
+    if is_pure_fancy_indexing(key, ndim):
+        return "vindex"
+    if is_pure_orthogonal_indexing(key, ndim):
+        return "oindex"
+    return "basic"
 
 
 def zarr_async_array(node: ArrayNode, source: ByteSource) -> Any:
