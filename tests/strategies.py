@@ -482,6 +482,7 @@ class Edit:
 
     - "values": new values over ``region`` (objects keep their size when uncompressed, change it otherwise)
     - "compressible": a constant over ``region`` (compressed objects shrink; chunks equal to the fill vanish)
+    - "fill": the fill value over ``region`` (its whole chunks vanish from their shard, or are deleted)
     - "delete": the stored object (shard, or chunk when unsharded) at ``coords`` is deleted
     - "add": an object at ``coords`` that was never written (the spec leaves it missing) is written
     """
@@ -498,12 +499,12 @@ def edits(draw: st.DrawFn, spec: ArraySpec) -> tuple[ArraySpec, list[Edit]]:
     objects = spec.outer_grid()
     changes: list[Edit] = []
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["values", "compressible", "delete", "add"]))
+        kind = draw(st.sampled_from(["values", "compressible", "fill", "delete", "add"]))
         coords = draw(st.sampled_from(objects))
         whole = tuple(slice(c * k, min((c + 1) * k, s)) for c, k, s in zip(coords, spec.outer, spec.shape,
                                                                            strict=True))
         region = whole
-        if kind in ("values", "compressible") and draw(st.booleans()):  # part of the array, maybe across objects
+        if kind != "delete" and kind != "add" and draw(st.booleans()):  # part of the array, maybe across objects
             region = tuple(slice(a, draw(st.integers(a + 1, s)))
                            for a, s in ((draw(st.integers(0, s - 1)), s) for s in spec.shape))
         changes.append(Edit(kind, coords, region, draw(st.integers(0, 2**31))))
@@ -539,7 +540,10 @@ def apply_edit(store: Any, spec: ArraySpec, edit: Edit, name: str = "v") -> None
         return
     arr = zarr.open_array(store, path=name, mode="r+", zarr_format=spec.zarr_format)
     shape = tuple(len(range(*r.indices(s))) for r, s in zip(edit.region, spec.shape, strict=True))
-    fresh = dataclasses.replace(spec, shape=shape, missing=[], seed=edit.seed).stored().values
-    if edit.kind == "compressible":
-        fresh = np.full_like(fresh, fresh.flat[0]) if fresh.size else fresh
+    stored = dataclasses.replace(spec, shape=shape, missing=[], seed=edit.seed).stored()
+    fresh = stored.values
+    if edit.kind == "compressible" and fresh.size:
+        fresh = np.full_like(fresh, fresh.flat[0])
+    elif edit.kind == "fill":
+        fresh = np.full_like(fresh, stored.fill_for_values())
     arr[edit.region] = fresh
