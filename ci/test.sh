@@ -25,4 +25,5 @@ bash ci/asv_smoke.sh || exit 1
 # pytest's counts again as the last line, after the benchmark smoke's output
 summary=$(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log" | tail -1)
 count() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' || echo 0; }
+echo "hypothesis seed: $seed (rerun with HYPOTHESIS_SEED=$seed bash ci/test.sh)"
 echo "tests: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"
