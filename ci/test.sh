@@ -15,6 +15,7 @@ log=$(mktemp)
 .venv/bin/python -m pytest tests --hypothesis-seed="$seed" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "test suite took $(( $(date +%s) - start )) s"
+echo "hypothesis seed: $seed (rerun with HYPOTHESIS_SEED=$seed bash ci/test.sh)"  # also when it failed
 if [ "$rc" -eq 5 ]; then
   echo "ci/test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
@@ -25,5 +26,4 @@ bash ci/asv_smoke.sh || exit 1
 # pytest's counts again as the last line, after the benchmark smoke's output
 summary=$(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log" | tail -1)
 count() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' || echo 0; }
-echo "hypothesis seed: $seed (rerun with HYPOTHESIS_SEED=$seed bash ci/test.sh)"
 echo "tests: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"
