@@ -4,7 +4,8 @@ same data in the same run.
     .venv/bin/python asv_bench/compare_read.py --base ../main-checkout [--head .] [--mib 512] [--rounds 3]
                                                [--stores local,minio] [--markdown out.md]
 
-Writes throughput.py's layouts once (a local directory and MinIO), then alternates base and head: each
+Writes throughput.py's layouts once (a local directory and MinIO), then alternates base and head (in turn
+first: base-head, head-base, ...): each
 measurement is a fresh process with that tree first on ``sys.path`` that reads the array fully once untimed,
 then ``--reads`` times (median), with ``chunks={}`` (dask, threaded, 16 threads) and ``chunks=None``. Prints
 per layout, store and mode the median over rounds for each tree and head/base (above 1: head is slower).
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reads", type=int, default=3)
     parser.add_argument("--stores", default="local,minio")
+    parser.add_argument("--layouts", default="", help="comma-separated indexes into throughput.py's layouts")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
     trees = {"base": args.base, "head": args.head}
@@ -82,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             server = MinioServer(binary).start()
             server.make_bucket("compare")
         try:
+            chosen = {int(i) for i in args.layouts.split(",") if i}
             for i, layout in enumerate(throughput.layouts(args.mib)):
+                if chosen and i not in chosen:
+                    continue
                 targets: list[tuple[str, str, dict]] = []
                 if "local" in stores:
                     path = Path(tmp) / f"l{i}.zarr"
@@ -94,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 for store, target, kw in targets:
                     for use_dask in (True, False):
                         times: dict[str, list[float]] = {"base": [], "head": []}
-                        for _ in range(args.rounds):
-                            for name in ("base", "head"):
+                        for r in range(args.rounds):
+                            for name in ("base", "head") if r % 2 == 0 else ("head", "base"):  # ABBA: no order bias
                                 times[name].append(measure(trees[name], target, kw, use_dask, args.reads))
                         base, head = (statistics.median(times[n]) for n in ("base", "head"))
                         rows.append((layout.name, store, "dask" if use_dask else "no dask", base, head,
