@@ -23,4 +23,6 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
   "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[$extras]"
+# setuptools warns about every editable install of a flat layout ("Editable installation... folders with the
+# same name"): true of any package, and a wall of text opening the demo's output. That one warning only.
+PYTHONWARNINGS="ignore:Editable installation:UserWarning" .venv/bin/python -m pip install --quiet -e ".[$extras]"
