@@ -264,3 +264,30 @@ def test_group_paths_normalized_as_zarr_does(tmp_path):
         ours = xr.open_dataset(path, engine="zarrmax", group=group)
         oracle = xr.open_dataset(path, engine="zarr", group=group, consolidated=False)
         xr.testing.assert_identical(ours.load(), oracle.load())
+
+
+@pytest.mark.parametrize("dims", ["yx", "y", None, 5, ["y", 1], ["y"], [], ["y", "x"]])
+def test_v2_dimension_attribute_values_open_or_fail_as_engine_zarr(tmp_path, dims):
+    """Whatever a v2 array's _ARRAY_DIMENSIONS holds: the same dims where engine="zarr" opens, an error of the
+    built-in type it raises where it fails (never a silently different Dataset: "yx" is not ("y", "x"))."""
+    path = tmp_path / "d.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    group.create_array("v", shape=(2, 3), chunks=(2, 3), dtype="i4")[:] = 1
+    (path / "v" / ".zattrs").write_text(json.dumps({"_ARRAY_DIMENSIONS": dims}))
+
+    def outcome(engine):
+        kwargs = {"consolidated": False} if engine == "zarr" else {}
+        try:
+            return xr.open_dataset(str(path), engine=engine, **kwargs)["v"].dims
+        except Exception as err:  # noqa: BLE001 - the type itself is what is compared
+            return err
+
+    theirs, ours = outcome("zarr"), outcome("zarrmax")
+    if not isinstance(theirs, Exception):
+        assert ours == theirs
+        return
+    assert isinstance(ours, Exception), f"engine='zarr' raised {theirs!r}; zarrmax opened dims {ours}"
+    builtin = [c for c in type(theirs).__mro__ if c.__module__ == "builtins" and c not in (Exception, BaseException,
+                                                                                             object)]
+    assert all(isinstance(ours, c) for c in builtin), (ours, theirs)
+    assert "'v'" in str(ours)  # ours names the array

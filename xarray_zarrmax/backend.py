@@ -25,7 +25,7 @@ from xarray.core.variable import Variable
 from ._loop import run_sync
 from .config import get_config
 from .decode import Unsupported, output_dtype
-from .errors import MetadataError, MissingDimensionsError
+from .errors import MetadataError, MetadataTypeError, MissingDimensionsError
 from .fetch import read_points, read_selection, read_selection_async
 from .hierarchy import ArrayNode, GroupNode, load_group
 from .layout import apply_outer, full_selection, normalize_selection, vectorized_points
@@ -232,14 +232,26 @@ class ZarrmaxStore(AbstractDataStore):
                     f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
-        dims = attrs.pop(DIMENSION_KEY, None)
-        if dims is None:
+        if DIMENSION_KEY not in attrs:
             raise MissingDimensionsError(
                 f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r}, "
                 "which xarray needs to determine variable dimensions"
             )
+        names: Any = attrs.pop(DIMENSION_KEY)
+        if isinstance(names, str):
+            names = [names]  # xarray takes a string as one name (so "yx" on a 2-d array is an error, not y and x)
+        if not isinstance(names, list | tuple):  # engine="zarr": TypeError, from iterating it
+            raise MetadataTypeError(
+                f"array {node.name!r} of {self.source.label}: attribute {DIMENSION_KEY!r} must be a list of "
+                f"dimension names. Got {names!r}."
+            )
+        if len(names) != len(meta.shape):
+            raise MetadataError(
+                f"array {node.name!r} of {self.source.label} has {len(meta.shape)} dimensions, but its attribute "
+                f"{DIMENSION_KEY!r} names {len(names)}: {names!r}"
+            )
         attrs = {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
-        return tuple(dims), attrs
+        return tuple(names), attrs
 
     def open_store_variable(self, node: ArrayNode) -> Variable:
         from xarray.backends.zarr import FillValueCoder
