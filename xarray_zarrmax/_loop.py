@@ -77,6 +77,20 @@ def run_sync[T](coro: Coroutine[Any, Any, T]) -> T:
         raise
 
 
+async def on_io_loop[T](coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the process's I/O loop from any event loop (the caller's, e.g. ``load_async``): its
+    requests join the one budget and connection pool, and the caller's loop is never blocked. Cancelling the
+    caller cancels the work."""
+    loop = get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        return await coro
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
 async def gather_or_cancel[T](*coros: Coroutine[Any, Any, T]) -> list[T]:
     """``asyncio.gather``, but the first failure cancels the rest instead of leaving them running."""
     tasks = [asyncio.ensure_future(c) for c in coros]

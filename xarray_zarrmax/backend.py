@@ -7,6 +7,7 @@ This module is the only one that knows xarray. Metadata comes from `hierarchy`, 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import threading
@@ -22,7 +23,7 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from ._loop import run_sync
+from ._loop import on_io_loop, run_sync
 from .config import get_config
 from .decode import Unsupported, output_dtype
 from .errors import MetadataError, MetadataTypeError, MissingDimensionsError
@@ -64,6 +65,21 @@ class ZarrmaxArray(BackendArray):
 
         device = resolve_device(self.device)
         return apply_outer(read_selection_on(device, self.plan, self.source, axes, self.token), post)
+
+    async def async_getitem(self, key: indexing.ExplicitIndexer) -> Any:
+        """What ``load_async`` awaits: remote reads run as coroutines on the package's I/O loop, so a
+        ``Dataset.load_async()`` sends every variable's requests together under the one budget; local, device
+        and pointwise reads run the synchronous path on a worker thread."""
+        if self.device is not None or self.source.is_local or isinstance(key, indexing.VectorizedIndexer):
+            return await asyncio.to_thread(self.__getitem__, key)
+        return await on_io_loop(indexing.async_explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.OUTER, self._async_outer))
+
+    async def _async_outer(self, key: tuple[Any, ...]) -> np.ndarray:
+        axes, post = normalize_selection(key, self.shape)
+        values = await read_selection_async(self.plan, self.source, axes, self.token,
+                                            decode_on_pool=get_config().threads > 1)
+        return apply_outer(values, post)
 
     def _vindex(self, key: tuple[Any, ...]) -> Any:
         """Pointwise selection: only the chunks holding the points are read, only the result is allocated."""
@@ -127,6 +143,19 @@ class FallbackArray(BackendArray):
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.VECTORIZED, lambda k: self._getitem(k, kind)
         )
+
+    async def async_getitem(self, key: indexing.ExplicitIndexer) -> Any:
+        """What ``load_async`` awaits: zarr-python's async read, on the package's I/O loop."""
+        if self.device is not None:
+            return await asyncio.to_thread(self.__getitem__, key)
+        kind = "oindex" if isinstance(key, indexing.OuterIndexer) else \
+            "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
+
+        async def read(k: tuple[Any, ...]) -> np.ndarray:
+            return await self.read_async(k, kind)
+
+        return await on_io_loop(indexing.async_explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.VECTORIZED, read))
 
     async def read_async(self, key: tuple[Any, ...], kind: str = "basic") -> np.ndarray:
         """zarr-python's answer to a basic, ``oindex`` or ``vindex`` selection, as a NumPy array of `dtype`."""

@@ -282,12 +282,14 @@ def read_selection(plan: ArrayPlan, source: ByteSource, axes: Selection, token: 
     return out
 
 
-async def read_selection_async(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str) -> np.ndarray:
-    """`read_selection` for callers on the I/O loop (batches of small reads, e.g. coordinates at open)."""
+async def read_selection_async(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str, *,
+                               decode_on_pool: bool = False) -> np.ndarray:
+    """`read_selection` for callers on the I/O loop: small reads decoded on the loop (coordinates at open), or
+    large ones decoded on the decode pool (``load_async``), every object's requests in flight together."""
     out = np.empty(selection_shape(axes), dtype=plan.dtype)
     if out.size:
         reads = plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks)
-        await _read_remote(plan, source, out, reads, token, decode_on_pool=False)
+        await _read_remote(plan, source, out, reads, token, decode_on_pool=decode_on_pool)
     return out
 
 
