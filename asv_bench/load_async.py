@@ -1,0 +1,108 @@
+"""``Dataset.load_async()`` of many variables on MinIO behind a latency proxy: engine="zarr" against zarrmax.
+
+    .venv/bin/python asv_bench/load_async.py [--variables 40] [--latency-ms 20] [--repeat 5]
+
+A v3 group of ``--variables`` float32 variables (time, lat, lon), each 4 shards of 8 chunks, zstd, written to
+MinIO; every read goes through toxiproxy adding ``--latency-ms`` to each response. For each engine, in the
+same run: ``asyncio.run(ds.load_async())`` and the synchronous ``ds.load()`` (no dask), medians of
+``--repeat`` loads, each on a freshly opened Dataset (the open is not timed). The floor is the proxy's added
+latency once per wave of ``concurrency`` requests: every shard object in flight at once, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+warnings.filterwarnings("ignore")
+
+
+def write(store: Any, n_vars: int) -> int:
+    import zarr
+
+    group = zarr.open_group(store, mode="w", zarr_format=3)
+    rng = np.random.default_rng(0)
+    shape, chunks, shards = (96, 32, 64), (12, 16, 32), (24, 32, 64)  # small: latency, not bytes, decides
+    for i in range(n_vars):
+        arr = group.create_array(f"v{i:02d}", shape=shape, chunks=chunks, shards=shards, dtype="f4",
+                                 dimension_names=["time", "lat", "lon"], compressors=[zarr.codecs.ZstdCodec()])
+        arr[:] = (rng.normal(size=shape) + i).astype("f4")
+    return int(np.prod(shape)) * 4 * n_vars
+
+
+def load(target: Any, kw: dict[str, Any], engine: str, *, use_async: bool) -> float:
+    import xarray as xr
+
+    ds = xr.open_dataset(target, engine=engine, **kw)
+    start = time.perf_counter()
+    if use_async:
+        asyncio.run(ds.load_async())
+    else:
+        ds.load()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    import zarr
+
+    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variables", type=int, default=40)
+    parser.add_argument("--latency-ms", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    binary, toxi = minio_binary(), toxiproxy_binaries()
+    if binary is None or toxi is None:
+        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
+        return 2
+    minio = MinioServer(binary).start()
+    proxy = Toxiproxy(toxi[0]).start()
+    try:
+        minio.make_bucket("loadasync")
+        nbytes = write(zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr")), args.variables)
+        endpoint = proxy.proxy("s3", minio.port)
+        proxy.add_toxic("s3", "latency", latency=args.latency_ms)
+        zarr_store = zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr", endpoint), read_only=True)
+        targets = {
+            "zarr": (zarr_store, {"consolidated": False}, "zarr"),
+            "zarrmax": ("s3://loadasync/g.zarr", {"storage_options": minio.storage_options(endpoint)}, "zarrmax"),
+        }
+        times: dict[tuple[str, bool], list[float]] = {(e, a): [] for e in targets for a in (True, False)}
+        for (engine, use_async) in times:
+            load(*targets[engine], use_async=use_async)  # warm-up: imports, connections
+        for _ in range(args.repeat):  # engines and modes interleaved
+            for (engine, use_async), runs in times.items():
+                runs.append(load(*targets[engine], use_async=use_async))
+        med = {k: statistics.median(v) for k, v in times.items()}
+    finally:
+        proxy.stop()
+        minio.close()
+    from xarray_zarrmax import get_config
+
+    # Every shard object is one GET: with all of them in flight at once, a load takes one proxied round trip per
+    # wave of `concurrency` requests, and nothing less.
+    objects = 4 * args.variables
+    waves = -(-objects // get_config().concurrency)
+    floor = waves * args.latency_ms / 1000
+    print(f"\n{args.variables} variables x 4 shards ({nbytes / 2**20:.0f} MiB, zstd) on MinIO behind toxiproxy "
+          f"+{args.latency_ms} ms, median of {args.repeat} loads of a freshly opened Dataset, seconds:\n")
+    print("| load | engine=\"zarr\" | zarrmax | zarr / zarrmax | zarrmax / floor |")
+    print("|---|---|---|---|---|")
+    for use_async, label in ((True, "`await ds.load_async()`"), (False, "`ds.load()`")):
+        z, m = med[("zarr", use_async)], med[("zarrmax", use_async)]
+        print(f"| {label} | {z:.3f} | {m:.3f} | {z / m:.2f}x | {m / floor:.1f}x |")
+    print(f"\nfloor: {floor:.3f} s = {waves} wave(s) of at most {get_config().concurrency} concurrent GETs for the "
+          f"{objects} shard objects x {args.latency_ms} ms added by the proxy per response")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
