@@ -137,9 +137,7 @@ class FallbackArray(BackendArray):
             return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
-        # With VECTORIZED support xarray hands the key over undecomposed, so its type says how zarr selects.
-        kind = "oindex" if isinstance(key, indexing.OuterIndexer) else \
-            "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
+        kind = _indexer_kind(key)
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.VECTORIZED, lambda k: self._getitem(k, kind)
         )
@@ -148,8 +146,7 @@ class FallbackArray(BackendArray):
         """What ``load_async`` awaits: zarr-python's async read, on the package's I/O loop."""
         if self.device is not None:
             return await asyncio.to_thread(self.__getitem__, key)
-        kind = "oindex" if isinstance(key, indexing.OuterIndexer) else \
-            "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
+        kind = _indexer_kind(key)
 
         async def read(k: tuple[Any, ...]) -> np.ndarray:
             return await self.read_async(k, kind)
@@ -188,6 +185,14 @@ class FallbackArray(BackendArray):
         if self.device is None:
             return host
         return _to_device(resolve_device(self.device), host)  # decoded on the CPU by zarr-python
+
+
+def _indexer_kind(key: indexing.ExplicitIndexer) -> str:
+    """How zarr selects for an xarray indexer: with VECTORIZED support xarray hands the key over undecomposed,
+    so its type says it."""
+    if isinstance(key, indexing.OuterIndexer):
+        return "oindex"
+    return "vindex" if isinstance(key, indexing.VectorizedIndexer) else "basic"
 
 
 def _zarr_selection_kind(key: tuple[Any, ...], ndim: int) -> str:
