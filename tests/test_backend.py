@@ -265,3 +265,17 @@ def test_crc32c_before_the_compressor_falls_back_and_matches_zarr(tmp_path):
     ours = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", chunks={})
     oracle = xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=False)
     xr.testing.assert_identical(ours.load(), oracle.load())
+
+
+@pytest.mark.parametrize("chunks", [None, {}])
+def test_big_endian_datetime_index_keeps_its_dtype_as_engine_zarr(tmp_path, chunks):
+    """An index coordinate is read at open; handed to xarray as a bare array, xarray made a big-endian
+    datetime native, where engine="zarr" (lazily wrapped data) keeps '>M8[ns]'. Found by hypothesis."""
+    group = zarr.open_group(tmp_path / "be", mode="w", zarr_format=2)
+    t = group.create_array("t", shape=(2,), chunks=(1,), dtype=">M8[ns]", compressors=None,
+                           attributes={"_ARRAY_DIMENSIONS": ["t"]})
+    t[:] = np.array(["2020-01-01", "2021-06-01"], dtype=">M8[ns]")
+    ours = xr.open_dataset(tmp_path / "be", engine="zarrmax", chunks=chunks, consolidated=False)
+    oracle = xr.open_dataset(tmp_path / "be", engine="zarr", chunks=chunks, consolidated=False)
+    assert ours["t"].dtype == oracle["t"].dtype == np.dtype(">M8[ns]")
+    xr.testing.assert_identical(ours.load(), oracle.load())

@@ -318,7 +318,9 @@ class ZarrmaxStore(AbstractDataStore):
                 attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], wrapper.dtype)
         preloaded = self._preloaded.get(node.name)
         if preloaded is not None:
-            data: Any = preloaded  # index coordinates stay on the host: pandas builds the index from them
+            # Index coordinates stay on the host: pandas builds the index from them. Lazily wrapped, as
+            # engine="zarr" hands them over: a bare array would have xarray make a big-endian datetime native.
+            data: Any = indexing.LazilyIndexedArray(indexing.NumpyIndexingAdapter(preloaded))
         elif self.device == "cuda":
             data = _device_dask_array(wrapper, outer, f"zarrmax-{self.token}-{node.name}")
         else:
