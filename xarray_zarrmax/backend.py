@@ -8,10 +8,13 @@ This module is the only one that knows xarray. Metadata comes from `hierarchy`, 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
+import posixpath
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -242,6 +245,8 @@ class ZarrmaxStore(AbstractDataStore):
         wanted = None if variables is None else set(variables)
         store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
                                           variables=wanted, on_array=store.on_array))
+        if store.group.unconsolidated:
+            _warn_unconsolidated()
         if wanted is not None:
             missing = wanted - set(store.group.arrays)
             if missing:
@@ -259,19 +264,15 @@ class ZarrmaxStore(AbstractDataStore):
         meta = node.metadata
         attrs = dict(meta.attributes)
         if node.zarr_format == 3:
+            # A None among the names is a dimension named None, as engine="zarr" reads it.
             dims = tuple(meta.dimension_names or ())
-            if len(dims) != len(meta.shape) or not all(isinstance(d, str) for d in dims):
+            if len(dims) != len(meta.shape):
                 raise MissingDimensionsError(
                     f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
                     f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
-        if DIMENSION_KEY not in attrs:
-            raise MissingDimensionsError(
-                f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r}, "
-                "which xarray needs to determine variable dimensions"
-            )
-        names: Any = attrs.pop(DIMENSION_KEY)
+        names: Any = attrs.pop(DIMENSION_KEY) if DIMENSION_KEY in attrs else self._nczarr_dimensions(node)
         if isinstance(names, str):
             names = [names]  # xarray takes a string as one name (so "yx" on a 2-d array is an error, not y and x)
         if not isinstance(names, list | tuple):  # engine="zarr": TypeError, from iterating it
@@ -286,6 +287,24 @@ class ZarrmaxStore(AbstractDataStore):
             )
         attrs = {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
         return tuple(names), attrs
+
+    def _nczarr_dimensions(self, node: ArrayNode) -> list[Any]:
+        """An NCZarr array's dimensions: the last part of each fully qualified name in the ``dimrefs`` of its
+        ``.zarray`` (``"/group/x"`` is ``x``), as engine="zarr" reads them."""
+        nczarr = node.document.get("_NCZARR_ARRAY")
+        dimrefs = nczarr.get("dimrefs") if isinstance(nczarr, dict) else None
+        if dimrefs is None:
+            raise MissingDimensionsError(
+                f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r} and the "
+                "NCZarr metadata ('_NCZARR_ARRAY' dimrefs in .zarray), which xarray needs to determine variable "
+                "dimensions"
+            )
+        if not isinstance(dimrefs, list) or not all(isinstance(d, str) for d in dimrefs):
+            raise MetadataTypeError(
+                f"array {node.name!r} of {self.source.label}: '_NCZARR_ARRAY' dimrefs in .zarray must be a list of "
+                f"dimension paths. Got {dimrefs!r}."
+            )
+        return [posixpath.basename(d) for d in dimrefs]
 
     def open_store_variable(self, node: ArrayNode) -> Variable:
         from xarray.backends.zarr import FillValueCoder
@@ -395,6 +414,32 @@ class ZarrmaxStore(AbstractDataStore):
 
     def close(self) -> None:
         pass
+
+
+def _warn_unconsolidated() -> None:
+    """engine="zarr"'s warning (same text and type) for ``consolidated=None`` on a store without
+    consolidated metadata at its root."""
+    warnings.warn(
+        "Failed to open Zarr store with consolidated metadata, but successfully read with non-consolidated "
+        "metadata. This is typically much slower for opening a dataset. To silence this warning, consider:\n"
+        "1. Consolidating metadata in this existing store with zarr.consolidate_metadata().\n"
+        "2. Explicitly setting consolidated=False, to avoid trying to read consolidate metadata, or\n"
+        "3. Explicitly setting consolidated=True, to raise an error in this case instead of falling back to "
+        "try reading non-consolidated metadata.",
+        RuntimeWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first caller outside this package and xarray, so a warning names user code."""
+    import xarray
+
+    ours = (os.path.dirname(__file__), os.path.dirname(xarray.__file__))
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_code.co_filename.startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return max(level - 1, 1)
 
 
 class _DaskSource:

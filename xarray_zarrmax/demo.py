@@ -52,7 +52,7 @@ def _open(path: Path, engine: str, counts: Counter[str]) -> Any:
     if engine == "zarr":  # zarr-python's requests, counted by a wrapper around its store
         return xr.open_dataset(counting_store(LocalStore(path, read_only=True), counts), engine="zarr", chunks={},
                                consolidated=False)
-    return xr.open_dataset(path, engine=engine, chunks={})
+    return xr.open_dataset(path, engine=engine, chunks={}, consolidated=False)
 
 
 def timed_read(path: Path, engine: str) -> tuple[float, Counter[str]]:

@@ -6,6 +6,12 @@
 - never a probe for v2 keys once a v3 root is found.
 Concurrency is bounded by the fetch engine's one budget, not here.
 
+Consolidated metadata as engine="zarr" reads it: unless ``consolidated=False``, it is looked for at the
+store's root, also for a ``group=`` below it (the root's record of the group is used, as zarr-python does,
+even where the group has changed since); a store that cannot hold it (Icechunk) reads the hierarchy itself
+whatever ``consolidated`` says; with ``consolidated=None`` a root without it is noted on the `GroupNode`, for
+the caller's warning. Members come in zarr-python's order: the consolidated document's, else the listing's.
+
 Bad metadata is an error, never a silently different Dataset: a member whose ``node_type`` is missing or
 unknown, a member name with ``.`` or ``..`` segments (it would name a key outside the group) and ``group=``
 paths zarr-python refuses all raise, naming the key.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import inspect
 import json
@@ -62,6 +69,8 @@ class GroupNode:
     zarr_format: int
     attributes: dict[str, Any]
     arrays: dict[str, ArrayNode]
+    #: ``consolidated=None`` found no consolidated metadata at the root: engine="zarr" warns then.
+    unconsolidated: bool = False
 
 
 def _join(*parts: str) -> str:
@@ -240,6 +249,7 @@ def parse_zarr_format(zarr_format: Any) -> int | None:
 
 
 OnArray = Callable[[ArrayNode], Awaitable[None]]
+_NOT_READ = object()  # a metadata object not fetched yet (None means fetched and missing)
 
 
 async def load_group(
@@ -268,15 +278,27 @@ class _Loader:
         self.source, self.gpath, self.consolidated = source, gpath, consolidated
         self.variables, self.on_array = variables, on_array
         self.parser = MetadataParser()
+        self.unconsolidated = False
         self._listing: asyncio.Task[list[str]] | None = None
 
     async def load(self, zarr_format: int | None) -> GroupNode:
+        node = await self._load(zarr_format)
+        return dataclasses.replace(node, unconsolidated=True) if self.unconsolidated else node
+
+    async def _load(self, zarr_format: int | None) -> GroupNode:
         source, gpath = self.source, self.gpath
+        if not source.supports_consolidated_metadata:
+            self.consolidated = False
         if self.consolidated is False:
             self._listing = asyncio.ensure_future(source.list_dir(gpath))
         try:
+            own_v3: Any = _NOT_READ
+            if gpath and self.consolidated is not False:
+                node, own_v3 = await self._from_root(zarr_format)
+                if node is not None:
+                    return node
             if zarr_format in (None, 3):
-                raw = await source.get(_join(gpath, V3_KEY))
+                raw = await source.get(_join(gpath, V3_KEY)) if own_v3 is _NOT_READ else own_v3
                 if raw is not None:
                     doc = _parse_json(raw, _join(gpath, V3_KEY), source)
                     _check_format(doc, 3, _join(gpath, V3_KEY), source)
@@ -290,6 +312,74 @@ class _Loader:
         finally:
             if self._listing is not None and not self._listing.done():
                 self._listing.cancel()
+
+    async def _from_root(self, zarr_format: int | None) -> tuple[GroupNode | None, Any]:
+        """``group=`` from the consolidated metadata at the store's root, as engine="zarr" reads it; None if
+        the root holds none (``consolidated=True`` then raises). Also returns the group's own ``zarr.json``
+        (fetched together with the root's, so the fallback costs no extra round trip) or `_NOT_READ`."""
+        source, gpath = self.source, self.gpath
+        own_v3: Any = _NOT_READ
+        if zarr_format in (None, 3):
+            root_raw, own_v3 = await asyncio.gather(source.get(V3_KEY), source.get(_join(gpath, V3_KEY)))
+            if root_raw is not None:
+                doc = _parse_json(root_raw, V3_KEY, source)
+                _check_format(doc, 3, V3_KEY, source)
+                cm = doc.get("consolidated_metadata")
+                if isinstance(cm, dict) and isinstance(cm.get("metadata"), dict):
+                    return await self._subgroup_v3(cm["metadata"]), own_v3
+                self._no_consolidated_metadata(V3_KEY)
+                return None, own_v3
+        if zarr_format in (None, 2):
+            raw = await source.get(V2_CONSOLIDATED)
+            if raw is not None:
+                return await self._subgroup_v2(_parse_json(raw, V2_CONSOLIDATED, source)), own_v3
+        self._no_consolidated_metadata(V3_KEY if zarr_format == 3 else V2_CONSOLIDATED)
+        return None, own_v3
+
+    def _no_consolidated_metadata(self, key: str) -> None:
+        """No consolidated metadata where it was looked for: an error with ``consolidated=True``, else noted;
+        the group is then read as zarr-python reads it (a v3 group's own consolidated metadata still counts)."""
+        if self.consolidated is True:
+            where = f"{key!r} of {self.source.label}" if self.gpath else f"the root of {self.source.label} ({key!r})"
+            raise MetadataError(f"consolidated=True, but {where} holds no consolidated metadata")
+        self.unconsolidated = True
+
+    def _missing_from_root(self) -> GroupNotFoundError:
+        return GroupNotFoundError(
+            f"group {self.gpath!r} not found in the consolidated metadata at the root of {self.source.label}"
+        )
+
+    async def _subgroup_v3(self, members: dict[str, Any]) -> GroupNode:
+        """``group=`` as recorded in the root's v3 consolidated metadata (flat keys: "a", "a/b", "a/b/x")."""
+        source, gpath = self.source, self.gpath
+        where = f"the consolidated metadata in {V3_KEY!r}"
+        entry = members.get(gpath)
+        if not isinstance(entry, dict):
+            raise self._missing_from_root()
+        if _member_node_type(entry, f"member {gpath!r} of {where}", source) != "group":
+            raise MetadataError(f"expected a group at {gpath!r} in {where} of {source.label}. Got an array.")
+        prefix = gpath + "/"
+        inside = {k[len(prefix):]: v for k, v in members.items() if k.startswith(prefix)}
+        available = _consolidated_v3_arrays(inside, V3_KEY, source)
+        arrays = await self._select(available, lambda n, d: _array_v3(n, _join(gpath, n), d, source, self.parser))
+        return GroupNode(gpath, 3, dict(entry.get("attributes") or {}), arrays)
+
+    async def _subgroup_v2(self, doc: dict[str, Any]) -> GroupNode:
+        """``group=`` as recorded in the root's ``.zmetadata``."""
+        source, gpath = self.source, self.gpath
+        meta = doc.get("metadata")
+        if not isinstance(meta, dict):
+            raise MetadataError(f"expected a 'metadata' object in {V2_CONSOLIDATED!r} of {source.label}")
+        if _join(gpath, V2_GROUP) not in meta:
+            raise self._missing_from_root()
+        prefix = gpath + "/"
+        inside = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+        attributes = dict(inside.get(V2_ATTRS, {}) or {})
+        available = _consolidated_v2_arrays(inside, V2_CONSOLIDATED, source)
+        arrays = await self._select(
+            available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
+        )
+        return GroupNode(gpath, 2, attributes, arrays)
 
     async def _list(self) -> list[str]:
         if self._listing is not None:
@@ -319,7 +409,7 @@ class _Loader:
             for n in _coordinate_names(selected) & set(available) - set(selected):
                 selected[n] = build(n, available[n])
         await self._announce(selected.values())
-        return dict(sorted(selected.items()))
+        return {n: selected[n] for n in available if n in selected}  # the document's order, as zarr-python
 
     async def _load_v3(self, doc: dict[str, Any]) -> GroupNode:
         source, gpath = self.source, self.gpath
@@ -333,14 +423,14 @@ class _Loader:
                 available, lambda n, d: _array_v3(n, _join(gpath, n), d, source, self.parser)
             )
             return GroupNode(gpath, 3, attributes, arrays)
-        if self.consolidated is True:
-            raise MetadataError(f"consolidated=True, but {key!r} of {source.label} holds no consolidated metadata")
+        if self.consolidated is not False:
+            self._no_consolidated_metadata(key)
 
         names = await self._member_names()
         arrays = await self._fetch_v3([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v3(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
-        return GroupNode(gpath, 3, attributes, dict(sorted(arrays.items())))
+        return GroupNode(gpath, 3, attributes, _in_order(arrays, names))
 
     async def _fetch_v3(self, names: list[str]) -> dict[str, ArrayNode]:
         source, gpath = self.source, self.gpath
@@ -372,15 +462,15 @@ class _Loader:
         )
         if zgroup_raw is None:
             return None  # no group here at all: the caller says so
-        if self.consolidated is True:
-            raise MetadataError(f"consolidated=True, but {source.label} has no {_join(gpath, V2_CONSOLIDATED)!r}")
+        if self.consolidated is not False:
+            self._no_consolidated_metadata(_join(gpath, V2_CONSOLIDATED))
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
         attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
         names = await self._member_names()
         arrays = await self._fetch_v2([n for n in names if self._wanted(n)])
         if self.variables is not None:
             arrays.update(await self._fetch_v2(sorted((_coordinate_names(arrays) & set(names)) - set(arrays))))
-        return GroupNode(gpath, 2, attributes, dict(sorted(arrays.items())))
+        return GroupNode(gpath, 2, attributes, _in_order(arrays, names))
 
     async def _fetch_v2(self, names: list[str]) -> dict[str, ArrayNode]:
         source, gpath = self.source, self.gpath
@@ -412,6 +502,11 @@ class _Loader:
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
         return GroupNode(gpath, 2, attributes, arrays)
+
+
+def _in_order(arrays: dict[str, ArrayNode], listing: list[str]) -> dict[str, ArrayNode]:
+    """Arrays in the store's listing order: the order zarr-python lists a group's members in."""
+    return {n: arrays[n] for n in listing if n in arrays}
 
 
 def _check_group_node_type(doc: dict[str, Any], key: str, source: ByteSource) -> None:

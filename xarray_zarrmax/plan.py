@@ -75,8 +75,9 @@ def _fill(metadata: Any, dtype: np.dtype) -> Any:
 #: the fields of a stored document the fast path reads; any other field sends the array to zarr-python.
 V3_FIELDS = frozenset({"zarr_format", "node_type", "data_type", "shape", "chunk_grid", "chunk_key_encoding",
                        "fill_value", "codecs", "attributes", "dimension_names", "storage_transformers"})
+# "_NCZARR_ARRAY" is netCDF-C's record of dimensions and storage kind: zarr-python reads the data without it.
 V2_FIELDS = frozenset({"zarr_format", "shape", "chunks", "dtype", "compressor", "fill_value", "order", "filters",
-                       "dimension_separator"})
+                       "dimension_separator", "_NCZARR_ARRAY"})
 
 
 def plan_array(name: str, path: str, metadata: Any, document: Mapping[str, Any]) -> ArrayPlan:

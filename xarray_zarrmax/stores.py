@@ -159,7 +159,15 @@ class ByteSource:
         raise NotImplementedError
 
     async def list_dir(self, prefix: str) -> list[str]:
+        """The names directly under ``prefix``, in the order the store lists them (zarr-python reports a
+        group's members in that order)."""
         raise NotImplementedError
+
+    @property
+    def supports_consolidated_metadata(self) -> bool:
+        """False where the store cannot hold consolidated metadata (Icechunk): ``consolidated=True`` then
+        reads the hierarchy itself, as zarr-python and engine="zarr" do."""
+        return True
 
     def zarr_store(self) -> Any:
         """A zarr Store over the same bytes, for arrays that fall back to zarr-python."""
@@ -314,7 +322,7 @@ class LocalSource(ByteSource):
     async def list_dir(self, prefix: str) -> list[str]:
         accounting.record(self.label, "list", prefix)
         try:
-            return sorted(os.listdir(self._path(prefix) if prefix else self.root))
+            return os.listdir(self._path(prefix) if prefix else self.root)  # unsorted, as zarr's LocalStore
         except (FileNotFoundError, NotADirectoryError):
             return []
 
@@ -675,7 +683,7 @@ class ZarrStoreSource(ByteSource):
         path = _checked_key(self, prefix.strip("/"))
         accounting.record(self.label, "list", prefix)
         try:
-            return sorted({name.rstrip("/") async for name in self.store.list_dir(path)})
+            return list(dict.fromkeys([name.rstrip("/") async for name in self.store.list_dir(path)]))
         except FileNotFoundError:
             return []
         except Exception as err:
@@ -683,6 +691,10 @@ class ZarrStoreSource(ByteSource):
                 f"LIST {prefix!r} on {self.label} failed: {type(err).__name__}: {_first_line(err, self._secrets)}"
             )
         raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+    @property
+    def supports_consolidated_metadata(self) -> bool:
+        return bool(getattr(self.store, "supports_consolidated_metadata", True))
 
     def zarr_store(self) -> Any:
         return self.store
