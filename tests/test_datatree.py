@@ -21,6 +21,7 @@ from xarray_zarrmax import request_counts
 from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
 from xarray_zarrmax.errors import GroupNotFoundError, MetadataError
 from xarray_zarrmax.stores import ByteSource, ZarrStoreSource
+from xarray_zarrmax.testing import TREE_GROUPS, write_group_tree
 
 
 def sample_tree() -> xr.DataTree:
@@ -283,25 +284,12 @@ def test_signature_follows_xarray_conventions():
 
 # -- requests: a 3-level tree of 10 groups and 100 arrays -------------------------------------------------
 
-LEVEL1 = ("a", "b", "c")
-LEVEL2 = ("a/p", "a/q", "b/p", "b/q", "c/p", "c/q")
-GROUPS = ("", *LEVEL1, *LEVEL2)  # 10 groups over 3 levels
+GROUPS = TREE_GROUPS  # 10 groups over 3 levels
 ARRAYS_PER_GROUP = 10  # one index coordinate and 9 data variables: 100 arrays
 
 
 def write_hierarchy(store: Any, zarr_format: int, consolidated: bool) -> None:
-    root = zarr.open_group(store, mode="w", zarr_format=zarr_format, attributes={"title": "requests"})
-    for i, path in enumerate(GROUPS):
-        group = root if not path else root.create_group(path, attributes={"level": path.count("/") + 1})
-        dim = f"d{i}"
-        dims = (lambda *d: {"dimension_names": list(d)}) if zarr_format == 3 else (
-            lambda *d: {"attributes": {"_ARRAY_DIMENSIONS": list(d)}})
-        group.create_array(dim, shape=(5,), chunks=(5,), dtype="i8", **dims(dim))[:] = np.arange(5) + i
-        for j in range(ARRAYS_PER_GROUP - 1):
-            # no chunks written: what is measured is metadata and index coordinates
-            group.create_array(f"v{j}", shape=(5, 4), chunks=(5, 4), dtype="f4", fill_value=0.0, **dims(dim, "y"))
-    if consolidated:
-        zarr.consolidate_metadata(store)
+    write_group_tree(store, zarr_format, consolidated=consolidated, arrays_per_group=ARRAYS_PER_GROUP)
 
 
 @pytest.fixture(scope="module")
