@@ -248,6 +248,17 @@ def test_group_naming_an_array_says_so(tmp_path, zarr_format, consolidated):
         assert "array" in str(err.value).lower()
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_subgroup_opens_without_a_group_at_the_root(tmp_path, zarr_format):
+    """Without consolidated metadata, group= needs no group at the store's root (engine="zarr" opens the root)."""
+    path = tmp_path / "tree.zarr"
+    write_tree(str(path), zarr_format, consolidated=False)
+    for name in ("zarr.json", ".zgroup", ".zattrs"):
+        (path / name).unlink(missing_ok=True)
+    tree = open_tree(str(path), "zarrmax", group="obs")
+    assert set(tree.children) == {"empty"} and tree["empty/deeper"].flag.values.tolist() == [True, False]
+
+
 def test_consolidated_member_outside_any_group_raises(tmp_path):
     path = tmp_path / "tree.zarr"
     write_tree(str(path), 3, consolidated=True)
@@ -475,6 +486,9 @@ def waves_of(written_format: int, written_consolidated: bool, **kwargs: Any) -> 
 def test_consolidated_tree_is_two_round_trips():
     # the root's zarr.json, then the 10 index coordinates of every group together
     assert waves_of(3, True) == [Counter(meta=1), Counter(data=10)]
+    # v2: the v3 root is looked for first, unless zarr_format=2
+    assert waves_of(2, True) == [Counter(meta=1), Counter(meta=1), Counter(data=10)]
+    assert waves_of(2, True, zarr_format=2) == [Counter(meta=1), Counter(data=10)]
 
 
 def test_unconsolidated_v3_walk_is_two_round_trips_per_level():
