@@ -703,8 +703,6 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
     ) -> Any:
         """The groups of `open_groups_as_dict` as a DataTree, rooted at ``group``; xarray checks that every
         group aligns with its parents, as it does for engine="zarr"."""
-        from xarray.backends.common import datatree_from_dict_with_io_cleanup
-
         groups = self.open_groups_as_dict(
             filename_or_obj,
             mask_and_scale=mask_and_scale,
@@ -721,4 +719,10 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
             use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
             device=device,
         )
+        try:
+            from xarray.backends.common import datatree_from_dict_with_io_cleanup
+        except ImportError:  # an older xarray: our stores hold nothing to close anyway
+            from xarray import DataTree
+
+            return DataTree.from_dict(groups)
         return datatree_from_dict_with_io_cleanup(groups)
