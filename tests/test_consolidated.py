@@ -285,3 +285,44 @@ def test_variable_order_without_consolidated_metadata_is_the_listings(tmp_path: 
     listing = [n for n in os.listdir(tmp_path / "s") if n in NAMES]
     assert list(ours.data_vars) == listing
     assert sorted(xr.open_dataset(tmp_path / "s", engine="zarr", consolidated=False).data_vars) == sorted(listing)
+
+
+# -- the same rules for whole hierarchies ---------------------------------------------------------------------
+
+
+def opened_tree(target: Any, engine: str, **kwargs: Any) -> tuple[Any, list[str]]:
+    with recorded() as caught:
+        try:
+            result: Any = xr.open_datatree(target, engine=engine, **kwargs).load()
+        except Exception as err:
+            result = err
+    return result, runtime_warnings(caught)
+
+
+@pytest.mark.parametrize(("consolidate_first", "consolidated", "warns"),
+                         [(False, None, True), (False, False, False), (True, None, False)])
+def test_open_datatree_warns_as_engine_zarr(tmp_path: Path, consolidate_first: bool, consolidated: bool | None,
+                                            warns: bool) -> None:
+    write_group(tmp_path / "s", ("v",))
+    write_group(tmp_path / "s", ("w",), group="child")
+    if consolidate_first:
+        consolidate(tmp_path / "s")
+    results = {engine: opened_tree(tmp_path / "s", engine, consolidated=consolidated) for engine in ENGINES}
+    xr.testing.assert_identical(results["zarrmax"][0], results["zarr"][0])
+    assert results["zarrmax"][1] == results["zarr"][1]
+    assert bool(results["zarrmax"][1]) is warns
+
+
+@pytest.mark.parametrize("consolidated", [True, None])
+def test_open_datatree_on_icechunk_reads_its_hierarchy(tmp_path: Path, consolidated: bool | None) -> None:
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "ic")))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w")
+    root.create_group("child").create_array("v", shape=(2,), dtype="i4", dimension_names=["t"])[:] = [4, 5]
+    session.commit("a child group")
+    store = repo.readonly_session("main").store
+    results = {engine: opened_tree(store, engine, consolidated=consolidated) for engine in ENGINES}
+    assert isinstance(results["zarrmax"][0], xr.DataTree), results["zarrmax"][0]
+    xr.testing.assert_identical(results["zarrmax"][0], results["zarr"][0])
+    assert results["zarrmax"][1] == results["zarr"][1] == []

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ACCESS_KEY = "zarrmax-test"
 SECRET_KEY = "zarrmax-test-secret-key"
@@ -204,6 +204,35 @@ def write_many_variable_group(store: Any, n_vars: int = 273, *, consolidated: bo
     if consolidated:
         zarr.consolidate_metadata(store)
     return names
+
+
+#: The groups of `write_group_tree`: the root, 3 children, 2 grandchildren each (10 groups over 3 levels).
+TREE_GROUPS = ("", "a", "b", "c", "a/p", "a/q", "b/p", "b/q", "c/p", "c/q")
+
+
+def write_group_tree(store: Any, zarr_format: Literal[2, 3] = 3, *, consolidated: bool = False,
+                     arrays_per_group: int = 10, groups: Iterable[str] = TREE_GROUPS) -> None:
+    """A hierarchy for ``open_datatree``: in the i-th of ``groups``, an index coordinate ``d{i}`` (5 values, one
+    chunk) and ``arrays_per_group - 1`` variables on (``d{i}``, y) holding no chunks (all fill value): what is
+    measured is metadata and index coordinates. Each group has its own dimension, so the tree aligns."""
+    import numpy as np
+    import zarr
+
+    root = zarr.open_group(store, mode="w", zarr_format=zarr_format, attributes={"title": "group tree"})
+    for i, path in enumerate(groups):
+        group = root if not path else root.create_group(path, attributes={"level": path.count("/") + 1})
+
+        def dims(*names: str) -> dict[str, Any]:
+            if zarr_format == 3:
+                return {"dimension_names": list(names)}
+            return {"attributes": {"_ARRAY_DIMENSIONS": list(names)}}
+
+        dim = f"d{i}"
+        group.create_array(dim, shape=(5,), chunks=(5,), dtype="i8", **dims(dim))[:] = np.arange(5) + i
+        for j in range(arrays_per_group - 1):
+            group.create_array(f"v{j}", shape=(5, 4), chunks=(5, 4), dtype="f4", fill_value=0.0, **dims(dim, "y"))
+    if consolidated:
+        zarr.consolidate_metadata(store)
 
 
 # -- counting the requests zarr-python sends (engine="zarr") --------------------------------------------------
