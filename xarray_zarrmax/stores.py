@@ -21,7 +21,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,7 +33,7 @@ import numpy as np
 from . import accounting
 from ._budget import request_slot
 from ._loop import gather_or_cancel
-from ._redact import redact, scrubbed, secrets_in
+from ._redact import redact, scrubbed, secrets_in, url_secrets
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -363,12 +363,15 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
-    """Unpickle a source once per process: every task on a worker shares its store and connection pool."""
+    """Unpickle a source once per process: every task on a worker shares its store and connection pool.
+
+    ``payload`` pickles the keyword arguments ``kind`` is built from, but its label.
+    """
     digest = hashlib.sha256(payload).digest()  # a digest, never the payload: it holds credentials
     with _registry_lock:
         found = _registry.get(digest)
         if found is None:
-            found = _registry[digest] = kind(pickle.loads(payload), label)  # type: ignore[call-arg]
+            found = _registry[digest] = kind(**pickle.loads(payload), label=label)  # type: ignore[call-arg]
         return found
 
 
@@ -400,7 +403,7 @@ class ObstoreSource(ByteSource):
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (ObstoreSource, pickle.dumps(self.store), self.label))
+        return (_restore, (ObstoreSource, pickle.dumps({"store": self.store}), self.label))
 
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Send one request under the process's budget; errors become built-in or our exceptions.
@@ -605,15 +608,22 @@ class ZarrStoreSource(ByteSource):
     tell, so nothing read from it is reused across reads.
     """
 
-    def __init__(self, store: Any, label: str | None = None) -> None:
+    def __init__(self, store: Any, label: str | None = None, secrets: Sequence[str] = ()) -> None:
         self.store = store
         self.label = label or f"{type(store).__name__}@{id(store):x}"
         self.snapshot = _immutable_snapshot(store)
-        # an FsspecStore's options hold its credentials: masked in our messages
-        self._secrets = secrets_in(getattr(getattr(store, "fs", None), "storage_options", None))
+        # Masked in our messages: ``secrets`` (the password of the URL the store was made from, which fsspec
+        # may keep in its path) and the credentials in an FsspecStore's options (the file system zarr wraps
+        # to make it async keeps them).
+        self._given_secrets = tuple(secrets)
+        fs = getattr(store, "fs", None)
+        self._secrets = self._given_secrets + tuple(
+            s for f in (fs, getattr(fs, "sync_fs", None)) for s in secrets_in(getattr(f, "storage_options", None))
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
+        payload = pickle.dumps({"store": self.store, "secrets": self._given_secrets})
+        return (_restore, (ZarrStoreSource, payload, self.label))
 
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
@@ -703,7 +713,6 @@ def _immutable_snapshot(store: Any) -> tuple[str, str] | None:
 _CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout",
                        "pool_idle_timeout", "http1_only", "http2_only", "user_agent"}
 
-
 def default_retry_config() -> dict[str, Any]:
     """obstore's retries for the S3 stores we build: up to 10 with backoff from 0.1 s to 2 s, and never past
     30 s, so an outage of a few seconds is survived and a dead endpoint fails in bounded time."""
@@ -748,44 +757,167 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     raise failure  # outside the except clause: not even __context__ keeps obstore's own text
 
 
-def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
-    """Turn what the user passed into a `ByteSource`.
+def fsspec_source(url: str, storage_options: Mapping[str, Any] | None = None) -> ZarrStoreSource:
+    """zarr's FsspecStore for an fsspec URL (``memory://``, ``gs://``, ``simplecache::s3://``...), read-only:
+    what engine="zarr" reads such a URL with, and its errors (ValueError for an unknown protocol, ImportError
+    for one whose package is missing), credentials masked."""
+    secrets = url_secrets(url) + secrets_in(storage_options)
+    label = redact(url, secrets)
+    try:
+        from zarr.storage import FsspecStore
 
-    Accepts a local path or ``file://`` URL, an ``s3://`` URL, an obstore store, a zarr Store
-    (Icechunk's included), an Icechunk Session, or a `ByteSource`.
+        store = FsspecStore.from_url(url, storage_options=dict(storage_options or {}), read_only=True)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while opening {label} with fsspec")
+    else:
+        return ZarrStoreSource(store, label, secrets)
+    raise failure  # outside the except clause: not even __context__ keeps fsspec's own text
+
+
+#: A URL rather than a path, as xarray tells them apart (``is_remote_uri``): a scheme and ``://``, or an fsspec
+#: chain's ``::``.
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9]*)(://|::)")
+
+
+def _scheme(target: str) -> str:
+    """``"s3"`` for an s3:// URL, ``"simplecache::"`` for a chain that starts with it, ``""`` for a path."""
+    match = _URL.match(target)
+    if match is None:
+        return ""
+    return match.group(1).lower() + ("::" if match.group(2) == "::" else "")
+
+
+def _no_storage_options(storage_options: Mapping[str, Any] | None, what: str) -> None:
+    if storage_options is not None:  # as zarr-python: options that would be silently ignored are an error
+        raise TypeError(f"'storage_options' was provided but unused: they go with s3:// and fsspec URLs only. "
+                        f"Got them with {what}.")
+
+
+def _local_source(target: str) -> LocalSource:
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
+    return LocalSource(path.resolve())
+
+
+def _url_source(url: str, storage_options: Mapping[str, Any] | None) -> ByteSource:
+    scheme = _scheme(url)
+    if scheme == "s3":
+        return s3_store_from_url(url, storage_options)  # obstore: ETags, parallel ranges, one connection pool
+    if scheme in ("", "file"):
+        _no_storage_options(storage_options, "a local path")
+        return _local_source(url.split("://", 1)[1] if scheme else url)
+    if scheme == "memory":
+        _no_storage_options(storage_options, "a memory:// URL")
+    return fsspec_source(url, storage_options)
+
+
+class _Buffers(Mapping[str, Any]):
+    """A read-only view of a mapping whose values are zarr Buffers or bytes-like objects, as zarr Buffers:
+    what zarr's MemoryStore reads (engine="zarr" reads a dict of Buffers only)."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Mapping[str, Any]) -> None:
+        self.mapping = mapping
+
+    def __getitem__(self, key: str) -> Any:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.buffer.core import Buffer
+
+        value = self.mapping[key]
+        return value if isinstance(value, cast(type, Buffer)) else default_buffer_prototype().buffer.from_bytes(value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.mapping
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.mapping)
+
+    def __len__(self) -> int:
+        return len(self.mapping)
+
+
+def _mapping_source(mapping: MutableMapping[str, Any]) -> ZarrStoreSource:
+    """A dict (or any MutableMapping) as zarr-python reads one: a MemoryStore over the same mapping, so changes
+    to it show in later reads; read-only for us."""
+    from zarr.storage import MemoryStore
+
+    store = MemoryStore(store_dict=cast(Any, _Buffers(mapping)), read_only=True)
+    return ZarrStoreSource(store, f"{type(mapping).__name__}@{id(mapping):x}")
+
+
+def _fsspec_mapper(target: Any) -> Any:
+    """``target`` if it is an fsspec mapper (``fsspec.get_mapper(url)``), else None."""
+    if not isinstance(target, MutableMapping):
+        return None
+    try:
+        from fsspec.mapping import FSMap
+    except ImportError:
+        return None
+    return target if isinstance(target, FSMap) else None
+
+
+def _mapper_source(mapper: Any) -> ByteSource:
+    """An fsspec mapper: on the local file system, its directory (the fast path, with its version checks); else
+    zarr's FsspecStore over it, read-only, as engine="zarr" reads it."""
+    from fsspec.implementations.local import LocalFileSystem
+    from zarr.storage import FsspecStore
+
+    fs = mapper.fs
+    if isinstance(fs, LocalFileSystem):
+        return _local_source(mapper.root)
+    secrets = secrets_in(getattr(fs, "storage_options", None))
+    try:
+        label = redact(fs.unstrip_protocol(mapper.root), secrets)
+    except Exception:
+        label = f"{type(fs).__name__}@{id(mapper):x}"
+    return ZarrStoreSource(FsspecStore.from_mapper(mapper, read_only=True), label, secrets)
+
+
+def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
+    """Turn what the user passed into a `ByteSource`: what engine="zarr" accepts, and more.
+
+    - a local path or ``file://`` URL: `LocalSource`;
+    - an ``s3://`` URL: obstore's S3Store (`ObstoreSource`);
+    - any other fsspec URL (``memory://``, ``gs://``, chained ``simplecache::s3://``): zarr's FsspecStore;
+    - an fsspec mapper (``fsspec.get_mapper(url)``): the local directory, else zarr's FsspecStore over it;
+    - a dict or other MutableMapping of keys to zarr Buffers or bytes: zarr's MemoryStore over it;
+    - zarr's ObjectStore: the obstore store inside it (`ObstoreSource`); an obstore store;
+    - any other zarr Store (Icechunk's included); an Icechunk Session; a `ByteSource`.
+
+    What is read through zarr-python's stores is read-only and never cached across reads. ``storage_options``
+    go with URLs other than local and ``memory://`` ones: anywhere else they raise TypeError, as in zarr-python.
     """
     if isinstance(target, ByteSource):
         return target
     if isinstance(target, os.PathLike):
         target = os.fspath(target)
     if isinstance(target, str):
-        if target.startswith("s3://"):
-            return s3_store_from_url(target, storage_options)
-        if target.startswith("file://"):
-            target = urlparse(target).path
-        elif "://" in target:
-            raise ValueError(
-                f"expected a local path, file:// or s3:// URL. Got a URL with scheme {target.split('://')[0]!r}: "
-                f"{redact(target)!r}; pass an obstore or zarr Store for other protocols"
-            )
-        path = Path(target).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
-        if not path.is_dir():
-            raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
-        return LocalSource(path.resolve())
+        return _url_source(target, storage_options)
+    _no_storage_options(storage_options, f"a {type(target).__name__}")
     module = type(target).__module__ or ""
     if module.startswith("icechunk") and hasattr(target, "store") and hasattr(target, "snapshot_id"):
         return ZarrStoreSource(target.store)
     if module.startswith("obstore"):
         return ObstoreSource(target)
-    try:
-        from zarr.abc.store import Store
-    except ImportError:  # pragma: no cover - zarr is a hard dependency
-        Store = ()  # type: ignore[assignment,misc]
+    from zarr.abc.store import Store
+    from zarr.storage import ObjectStore
+
+    if isinstance(target, ObjectStore):
+        return ObstoreSource(target.store)  # obstore's own requests, with ETags: the fast path
     if isinstance(target, Store):
         return ZarrStoreSource(target)
+    mapper = _fsspec_mapper(target)
+    if mapper is not None:
+        return _mapper_source(mapper)
+    if isinstance(target, MutableMapping):
+        return _mapping_source(target)
     raise TypeError(
-        "expected a local path, file:// or s3:// URL, an obstore store, a zarr Store or an Icechunk Session. "
-        f"Got {type(target).__module__}.{type(target).__qualname__} instead."
+        "expected a local path or URL (file://, s3://, any fsspec protocol), an fsspec mapper, a dict, an obstore "
+        f"store, a zarr Store or an Icechunk Session. Got {type(target).__module__}.{type(target).__qualname__} "
+        "instead."
     )
