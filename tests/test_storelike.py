@@ -21,6 +21,7 @@ from xarray_zarrmax.stores import (
     LocalSource,
     ObstoreSource,
     ZarrStoreSource,
+    obstore_s3_options,
     resolve_source,
 )
 
@@ -223,3 +224,37 @@ def test_fsspec_errors_say_what_was_opened():
     with pytest.raises(ValueError, match="Protocol not known: nosuchprotocol") as info:
         xr.open_dataset("nosuchprotocol://bucket/x.zarr", engine="zarrmax")
     assert info.value.__notes__ == ["while opening nosuchprotocol://bucket/x.zarr with fsspec"]
+
+
+# -- storage_options for s3:// by s3fs's names -----------------------------------------------------------------
+
+
+def test_s3fs_option_names_become_obstore_names():
+    options = {"key": "AKIA", "secret": "S3CRET", "token": "TOKEN", "anon": 1, "region": "eu-west-1",
+               "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}
+    assert obstore_s3_options(options) == {
+        "access_key_id": "AKIA", "secret_access_key": "S3CRET", "session_token": "TOKEN", "skip_signature": True,
+        "region": "eu-west-1", "endpoint": "http://127.0.0.1:9000"}
+    assert obstore_s3_options({"client_kwargs": {"region_name": "eu-west-1"}}) == {"region": "eu-west-1"}
+    assert obstore_s3_options({"endpoint_url": "http://h", "endpoint": "http://h"}) == {"endpoint": "http://h"}
+
+
+def test_s3fs_option_names_that_disagree_or_are_unknown_are_refused():
+    with pytest.raises(ValueError, match=r"give secret \(s3fs's name\) and 'secret_access_key' \(obstore's\) "
+                                         r"different values$"):
+        obstore_s3_options({"secret": "S3CRET-ONE", "secret_access_key": "S3CRET-TWO"})
+    with pytest.raises(ValueError, match=r"Got also \['verify'\]"):
+        obstore_s3_options({"client_kwargs": {"verify": False}})
+
+
+@pytest.mark.s3
+def test_s3_url_with_s3fs_option_names(minio, bucket):
+    prefix = f"s3fs-names-{uuid.uuid4().hex}.zarr"
+    store = ObjectStore(minio.obstore(bucket, prefix))
+    write(era5_like(), store)
+    so = minio.storage_options()
+    s3fs_names = {"key": so["access_key_id"], "secret": so["secret_access_key"],
+                  "client_kwargs": {"endpoint_url": minio.endpoint, "region_name": "us-east-1"}}
+    ours = xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", storage_options=s3fs_names, chunks={})
+    oracle = xr.open_dataset(store, engine="zarr", consolidated=False, chunks={})
+    assert_same_dataset(ours.compute(), oracle.compute())

@@ -713,6 +713,12 @@ def _immutable_snapshot(store: Any) -> tuple[str, str] | None:
 _CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout",
                        "pool_idle_timeout", "http1_only", "http2_only", "user_agent"}
 
+#: s3fs's names for storage_options (what engine="zarr" reads s3:// URLs with), and obstore's for the same.
+_S3FS_OPTIONS = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
+                 "endpoint_url": "endpoint", "anon": "skip_signature"}
+_S3FS_CLIENT_KWARGS = {"endpoint_url": "endpoint", "region_name": "region"}
+
+
 def default_retry_config() -> dict[str, Any]:
     """obstore's retries for the S3 stores we build: up to 10 with backoff from 0.1 s to 2 s, and never past
     30 s, so an outage of a few seconds is survived and a dead endpoint fails in bounded time."""
@@ -720,8 +726,29 @@ def default_retry_config() -> dict[str, Any]:
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
 
 
+def obstore_s3_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` for an s3:// URL with s3fs's names renamed to obstore's, so the options written for
+    engine="zarr" open the same bucket here: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` and
+    ``client_kwargs={"endpoint_url": ..., "region_name": ...}``. Other names pass as they are (obstore refuses
+    the ones it does not know)."""
+    options = dict(storage_options or {})
+    client_kwargs = dict(options.pop("client_kwargs", None) or {})
+    unknown = sorted(set(client_kwargs) - set(_S3FS_CLIENT_KWARGS))
+    if unknown:
+        raise ValueError(f"expected only {sorted(_S3FS_CLIENT_KWARGS)} in storage_options['client_kwargs'] for an "
+                         f"s3:// URL. Got also {unknown}.")
+    renames = [(name, options.pop(name), new) for name, new in _S3FS_OPTIONS.items() if name in options]
+    renames += [(f"client_kwargs[{name!r}]", value, _S3FS_CLIENT_KWARGS[name]) for name, value in client_kwargs.items()]
+    for name, value, new in renames:
+        if new in options and options[new] != value:  # no values in the message: they may be credentials
+            raise ValueError(f"storage_options give {name} (s3fs's name) and {new!r} (obstore's) different values")
+        options[new] = bool(value) if name == "anon" else value
+    return options
+
+
 def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:
-    """An obstore S3Store for ``s3://bucket/prefix``; credentials from options or the AWS environment."""
+    """An obstore S3Store for ``s3://bucket/prefix``; credentials from options (obstore's names or s3fs's, see
+    `obstore_s3_options`) or the AWS environment."""
     from obstore.store import S3Store
 
     parsed = urlparse(url)
@@ -730,15 +757,13 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     if "@" in parsed.netloc:  # else "key:secret@bucket" would become the bucket name, shown in every label
         raise ValueError(f"expected an S3 URL of the form s3://bucket/path, with credentials in storage_options. "
                          f"Got credentials in the URL: {redact(url)!r}")
-    options = dict(storage_options or {})
+    options = obstore_s3_options(storage_options)
     client_options = dict(options.pop("client_options", {}) or {})
     retry_config = options.pop("retry_config", None) or default_retry_config()
     for key in list(options):
         if key in _CLIENT_OPTION_KEYS:
             client_options[key] = options.pop(key)
-    endpoint = options.get("endpoint") or options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
-    if "endpoint_url" in options:
-        options["endpoint"] = options.pop("endpoint_url")
+    endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and str(endpoint).startswith("http://"):
         client_options.setdefault("allow_http", True)
     options.setdefault("region", os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
@@ -882,7 +907,7 @@ def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None
     """Turn what the user passed into a `ByteSource`: what engine="zarr" accepts, and more.
 
     - a local path or ``file://`` URL: `LocalSource`;
-    - an ``s3://`` URL: obstore's S3Store (`ObstoreSource`);
+    - an ``s3://`` URL: obstore's S3Store (`ObstoreSource`), options by obstore's or s3fs's names;
     - any other fsspec URL (``memory://``, ``gs://``, chained ``simplecache::s3://``): zarr's FsspecStore;
     - an fsspec mapper (``fsspec.get_mapper(url)``): the local directory, else zarr's FsspecStore over it;
     - a dict or other MutableMapping of keys to zarr Buffers or bytes: zarr's MemoryStore over it;
