@@ -1,5 +1,5 @@
 """Everything engine="zarr" takes as a store (zarr-python's StoreLike), engine="zarrmax" takes too, and reads to the
-same Dataset: dicts, fsspec URLs and mappers, zarr's FsspecStore and ObjectStore."""
+same Dataset: dicts, fsspec URLs and mappers, zarr's FsspecStore and ObjectStore; globs for open_mfdataset."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import xarray as xr
 from obstore.store import LocalStore as ObstoreLocalStore
 from zarr.storage import FsspecStore, MemoryStore, ObjectStore
 
+import xarray_zarrmax
 from tests.test_backend import assert_same_dataset, era5_like, write
 from tests.test_coherence import CASES, _change, _create, _reads
 from xarray_zarrmax import request_counts, set_config
@@ -21,6 +22,7 @@ from xarray_zarrmax.stores import (
     LocalSource,
     ObstoreSource,
     ZarrStoreSource,
+    glob,
     obstore_s3_options,
     resolve_source,
 )
@@ -258,3 +260,68 @@ def test_s3_url_with_s3fs_option_names(minio, bucket):
     ours = xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", storage_options=s3fs_names, chunks={})
     oracle = xr.open_dataset(store, engine="zarr", consolidated=False, chunks={})
     assert_same_dataset(ours.compute(), oracle.compute())
+
+
+# -- open_mfdataset ------------------------------------------------------------------------------------------
+
+
+def _runs(n: int = 3) -> list[xr.Dataset]:
+    """Consecutive pieces of one dataset along time, one store each."""
+    full = era5_like(8 * n)
+    return [full.isel(time=slice(8 * i, 8 * (i + 1))) for i in range(n)]
+
+
+def _write_runs(root: str) -> list[str]:
+    return [write(ds, f"{root}/run-{i}.zarr") for i, ds in enumerate(_runs())]
+
+
+MF = {"combine": "nested", "concat_dim": "time", "data_vars": "all", "coords": "different", "compat": "equals",
+      "join": "outer"}
+
+
+def _mf(paths, engine, **kwargs):
+    extra = {"consolidated": False} if engine == "zarr" else {}
+    return xr.open_mfdataset(paths, engine=engine, **MF, **kwargs, **extra).compute()
+
+
+def test_open_mfdataset_local_glob_and_lists(tmp_path):
+    paths = _write_runs(str(tmp_path))
+    (tmp_path / "run-notes.txt").write_text("not a store, and not matched")
+    oracle = _mf(str(tmp_path / "run-*.zarr"), "zarr")
+    assert oracle.sizes["time"] == 24
+    for given in (str(tmp_path / "run-*.zarr"), paths, [Path(p) for p in paths]):
+        assert_same_dataset(_mf(given, "zarrmax"), oracle)
+    assert_same_dataset(_mf(paths, "zarrmax", parallel=True), oracle)
+    assert glob(str(tmp_path / "run-*.zarr")) == glob(f"file://{tmp_path}/run-?.zarr") == sorted(paths)
+
+
+def test_open_mfdataset_fsspec_glob(memory_url):
+    """xarray expands a URL pattern for engine="zarr" only (into fsspec mappers); `glob` expands it for us."""
+    _write_runs(memory_url)
+    pattern = f"{memory_url}/run-*.zarr"
+    oracle = _mf(pattern, "zarr")
+    urls = glob(pattern)
+    assert urls == [f"memory:///{memory_url.removeprefix('memory://')}/run-{i}.zarr" for i in range(3)]
+    assert_same_dataset(_mf(urls, "zarrmax"), oracle)
+    assert glob(f"{memory_url}/run-?.zarr") == urls
+    cached = glob(f"simplecache::{pattern}")
+    assert cached == [f"simplecache::{url}" for url in urls]
+    assert_same_dataset(_mf(cached, "zarrmax"), oracle)
+    # what engine="zarr" makes of the pattern (mappers) reads the same here too
+    mappers = [fsspec.get_mapper(url) for url in urls]
+    assert_same_dataset(_mf(mappers, "zarrmax"), oracle)
+
+
+@pytest.mark.s3
+def test_open_mfdataset_s3_glob(minio, bucket):
+    root = f"mf-{uuid.uuid4().hex}"
+    stores = [write(ds, ObjectStore(minio.obstore(bucket, f"{root}/a/run-{i}.zarr"))) for i, ds in enumerate(_runs())]
+    write(era5_like(8), ObjectStore(minio.obstore(bucket, f"{root}/b/other.zarr")))
+    so = minio.storage_options()
+    with request_counts() as counts:
+        urls = xarray_zarrmax.glob(f"s3://{bucket}/{root}/*/run-?.zarr", storage_options=so)
+    assert urls == [f"s3://{bucket}/{root}/a/run-{i}.zarr" for i in range(3)]
+    assert counts.total("list") == 3  # the root, then each of its two children
+    assert xarray_zarrmax.glob(f"s3://{bucket}/{root}/a/run-9.zarr", storage_options=so) == []
+    oracle = _mf(stores, "zarr")
+    assert_same_dataset(_mf(urls, "zarrmax", storage_options=so), oracle)

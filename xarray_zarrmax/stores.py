@@ -14,6 +14,7 @@ shard index cached from one version is never applied to the bytes of another.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import os
 import pickle
@@ -24,6 +25,7 @@ import time
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from glob import glob as _local_glob
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlparse
@@ -32,7 +34,7 @@ import numpy as np
 
 from . import accounting
 from ._budget import request_slot
-from ._loop import gather_or_cancel
+from ._loop import gather_or_cancel, run_sync
 from ._redact import redact, scrubbed, secrets_in, url_secrets
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
@@ -946,3 +948,73 @@ def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None
         f"store, a zarr Store or an Icechunk Session. Got {type(target).__module__}.{type(target).__qualname__} "
         "instead."
     )
+
+
+# -- globs, for open_mfdataset -------------------------------------------------------------------------------
+
+_GLOB_MAGIC = re.compile(r"[*?\[]")
+
+
+def glob(pattern: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The paths or URLs a wildcard pattern matches, sorted: what to give ``xr.open_mfdataset``.
+
+    xarray expands a pattern itself for local paths, and for URLs only with engine="zarr"; so for remote
+    stores::
+
+        urls = xarray_zarrmax.glob("s3://bucket/run-*.zarr", storage_options=so)
+        ds = xr.open_mfdataset(urls, engine="zarrmax", storage_options=so, ...)
+
+    Local patterns are expanded as xarray expands them (Python's glob). ``s3://`` patterns are listed through
+    obstore, one LIST per wildcard level and candidate prefix; other fsspec URLs by the file system's ``glob``,
+    as engine="zarr" expands them (``storage_options`` as for `resolve_source`). Wildcards (``*``, ``?``,
+    ``[...]``) match within one path level; ``**`` is refused on s3://.
+    """
+    pattern = os.fspath(pattern)
+    scheme = _scheme(pattern)
+    if scheme in ("", "file"):
+        _no_storage_options(storage_options, "a local path")
+        path = pattern.split("://", 1)[1] if scheme else pattern  # not urlparse: "?" is a wildcard
+        return sorted(_local_glob(os.path.abspath(os.path.expanduser(path))))
+    if scheme == "s3":
+        return cast(list[str], run_sync(_glob_s3(pattern, storage_options)))
+    if scheme == "memory":
+        _no_storage_options(storage_options, "a memory:// URL")
+    return _glob_fsspec(pattern, storage_options)
+
+
+async def _glob_s3(pattern: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    # not urlparse: "?" is a wildcard here, not the start of a query
+    bucket, _, key = pattern.split("://", 1)[1].partition("/")
+    parts = [p for p in key.split("/") if p]
+    if _GLOB_MAGIC.search(bucket) or "**" in parts:
+        raise ValueError(f"expected wildcards within one level of the keys of one bucket. Got {redact(pattern)!r}.")
+    if not parts:
+        return [pattern]
+    # the levels before the first wildcard are the store's prefix; each later level is listed and matched
+    start = next((i for i, part in enumerate(parts) if _GLOB_MAGIC.search(part)), len(parts) - 1)
+    root = "/".join(parts[:start])
+    source = s3_store_from_url(f"s3://{bucket}/{root}", storage_options)
+    found = [""]
+    for part in parts[start:]:
+        listed = await gather_or_cancel(*(source.list_dir(prefix) for prefix in found))
+        found = [_join(prefix, name) for prefix, names in zip(found, listed, strict=True)
+                 for name in names if fnmatch.fnmatchcase(name, part)]
+    return sorted(f"s3://{bucket}/{_join(root, key)}" for key in found)
+
+
+def _glob_fsspec(pattern: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    secrets = url_secrets(pattern) + secrets_in(storage_options)
+    try:
+        from fsspec.core import url_to_fs
+
+        fs, path = url_to_fs(pattern, **dict(storage_options or {}))
+        matches = fs.glob(path)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while expanding {redact(pattern, secrets)} with fsspec")
+    else:
+        chain, _, inner = pattern.rpartition("::")  # the matches are paths of the innermost file system
+        protocol = inner.split("://", 1)[0]
+        urls = (m if "://" in m else f"{protocol}://{m}" for m in matches)
+        return sorted(f"{chain}::{url}" if chain else url for url in urls)
+    raise failure  # outside the except clause: not even __context__ keeps fsspec's own text
