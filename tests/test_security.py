@@ -10,11 +10,13 @@ import re
 import traceback
 from datetime import timedelta
 
+import fsspec
 import numpy as np
 import obstore.exceptions as oe
 import pytest
 import xarray as xr
 import zarr
+from fsspec.registry import _registry as _fsspec_registry
 from obstore.store import HTTPStore, S3Store
 from zarr.storage import LocalStore, MemoryStore
 
@@ -232,12 +234,91 @@ def test_s3_url_with_credentials_is_refused_without_showing_them():
     assert PASSWORD not in everything_shown(info.value)
 
 
-def test_unknown_scheme_error_masks_a_presigned_url():
-    url = "https://host/x.zarr?X-Amz-Credential=AKIA%2Fs3&X-Amz-Signature=feedface"
-    with pytest.raises(ValueError, match=r"scheme 'https': 'https://host/x.zarr\?X-Amz-Credential=\*\*\*"
-                                         r"&X-Amz-Signature=\*\*\*'") as info:
+def test_unknown_protocol_error_masks_a_presigned_url():
+    url = "nosuchprotocol://host/x.zarr?X-Amz-Credential=AKIA%2Fs3&X-Amz-Signature=feedface"
+    with pytest.raises(ValueError, match="Protocol not known: nosuchprotocol") as info:
         xr.open_dataset(url, engine="zarrmax")
+    assert info.value.__notes__ == [
+        "while opening nosuchprotocol://host/x.zarr?X-Amz-Credential=***&X-Amz-Signature=*** with fsspec"]
     assert "feedface" not in everything_shown(info.value)
+
+
+class LeakyFileSystem(fsspec.AbstractFileSystem):
+    """An fsspec file system whose errors quote the paths and the option values it was given."""
+
+    protocol = "leakyfs"
+    cachable = False
+
+    def __init__(self, fail_init=False, **options):
+        if fail_init:
+            raise ValueError(f"login refused for {self.values(options)}")
+        super().__init__(**options)
+
+    @classmethod
+    def values(cls, options):
+        return [v for value in options.values()
+                for v in (cls.values(value) if isinstance(value, dict) else [value]) if isinstance(v, str)]
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        raise OSError(f"reading {path} as {self.values(self.storage_options)} failed")
+
+    def ls(self, path, detail=True, **kwargs):
+        raise OSError(f"listing {path} as {self.values(self.storage_options)} failed")
+
+
+@pytest.fixture
+def leaky_fs():
+    fsspec.register_implementation("leakyfs", LeakyFileSystem, clobber=True)
+    yield
+    _fsspec_registry.pop("leakyfs", None)
+
+
+@pytest.mark.parametrize("target, options", [
+    ("leakyfs://host/x.zarr", {"password": PASSWORD, "fail_init": True}),  # fsspec's own error, at open
+    ("leakyfs://host/x.zarr", {"password": PASSWORD}),  # the store's error, at the first GET
+    ("leakyfs://host/x.zarr", {"nested": {"secret": PASSWORD}}),  # chained URLs take options per protocol
+    (f"leakyfs://user:{PASSWORD}@host/x.zarr", {}),  # the file system keeps it in its paths
+    (f"simplecache::leakyfs://user:{PASSWORD}@host/x.zarr", {}),
+])
+def test_fsspec_credentials_never_in_errors(leaky_fs, target, options):
+    for reloaded in (False, True):
+        with pytest.raises((ValueError, StoreAccessError)) as info:
+            if reloaded:  # a source unpickled on a worker masks the same secrets
+                xr.open_dataset(pickle.loads(pickle.dumps(resolve_source(target, options))), engine="zarrmax")
+            else:
+                xr.open_dataset(target, engine="zarrmax", storage_options=options)
+        text = everything_shown(info.value)
+        assert PASSWORD not in text, text
+        assert "leakyfs://" in text or "fail_init" in options
+        if "fail_init" in options:
+            break
+
+
+@pytest.mark.parametrize("make", [
+    lambda: fsspec.get_mapper("leakyfs://host/x.zarr", password=PASSWORD),
+    lambda: zarr.storage.FsspecStore.from_url("leakyfs://host/x.zarr", storage_options={"password": PASSWORD}),
+], ids=["mapper", "FsspecStore"])
+def test_fsspec_mapper_and_store_credentials_never_in_errors(leaky_fs, make):
+    for target in (make(), pickle.loads(pickle.dumps(resolve_source(make())))):
+        with pytest.raises(StoreAccessError, match=r"GET 'zarr.json' on .* failed: OSError: reading .* failed") as info:
+            xr.open_dataset(target, engine="zarrmax")
+        assert PASSWORD not in everything_shown(info.value)
+
+
+def test_url_password_not_in_labels_errors_or_dask_keys():
+    url = f"memory://user:{PASSWORD}@storelike-secret/x.zarr"
+    with pytest.raises(FileNotFoundError) as info:
+        xr.open_dataset(url, engine="zarrmax")
+    assert PASSWORD not in everything_shown(info.value)
+    group = zarr.open_group(url, mode="w", zarr_format=3)
+    group.create_array("v", shape=(8,), chunks=(4,), dtype="i4", dimension_names=["x"])[:] = np.arange(8)
+    source = resolve_source(url)
+    ds = xr.open_dataset(url, engine="zarrmax", chunks={})
+    np.testing.assert_array_equal(ds["v"].values, np.arange(8))
+    shown = [repr(source), source.label, ds["v"].data.name, repr(list(ds["v"].data.__dask_graph__()))]
+    for text in shown:
+        assert PASSWORD not in text, text
+    fsspec.filesystem("memory").rm(url, recursive=True)
 
 
 @pytest.mark.s3

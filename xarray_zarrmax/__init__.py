@@ -8,6 +8,7 @@ from __future__ import annotations
 from .accounting import RequestCounts, request_counts
 from .config import Config, get_config, set_config
 from .errors import CorruptDataError, MetadataError, StoreAccessError, ZarrmaxError
+from .stores import glob
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,7 @@ __all__ = [
     "ZarrmaxError",
     "__version__",
     "get_config",
+    "glob",
     "request_counts",
     "set_config",
 ]

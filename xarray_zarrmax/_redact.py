@@ -83,19 +83,31 @@ def _literal_forms(secrets: Iterable[str]) -> list[str]:
 def secrets_in(options: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The secret values in a mapping of store options: values of keys named like credentials, and in any URL
     among the values its password (an endpoint with ``user:password@``) and its query's values (a presigned
-    URL's, whatever their names)."""
+    URL's, whatever their names). Nested mappings are searched too: fsspec takes the options of a chained
+    URL per protocol (``{"s3": {"secret": ...}}``), s3fs takes ``client_kwargs``."""
     found: list[str] = []
     for key, value in (options or {}).items():
+        if isinstance(value, Mapping):
+            found.extend(secrets_in(value))
+            continue
         if not isinstance(value, str) or not value:
             continue
         if _SECRET_KEY.search(str(key)):
             found.append(value)
         elif "://" in value:
-            try:
-                url = urlsplit(value)
-                found.extend(v for v in (url.password, *(v for _, v in parse_qsl(url.query))) if v)
-            except ValueError:
-                continue
+            found.extend(url_secrets(value))
+    return tuple(found)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The password and the query's values of a URL, and of each URL in an fsspec chain (``a::b://...``)."""
+    found: list[str] = []
+    for part in url.split("::"):
+        try:
+            parsed = urlsplit(part)
+            found.extend(v for v in (parsed.password, *(v for _, v in parse_qsl(parsed.query))) if v)
+        except ValueError:
+            continue
     return tuple(found)
 
 

@@ -3,8 +3,8 @@
     zarrmax info URL [--group G] [-o key=value ...]
     zarrmax bench URL [--variable NAME ...] [--workers N] [--group G] [-o key=value ...]
 
-URL is a local path, file:// or s3:// URL; ``-o endpoint=http://...`` and the like become storage_options
-(credentials may also come from the usual AWS_* environment variables; they are never printed).
+URL is a local path, or a file://, s3:// or other fsspec URL; ``-o endpoint=http://...`` and the like become
+storage_options (credentials may also come from the usual AWS_* environment variables; they are never printed).
 """
 
 from __future__ import annotations

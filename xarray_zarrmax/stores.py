@@ -14,6 +14,7 @@ shard index cached from one version is never applied to the bytes of another.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import os
 import pickle
@@ -21,9 +22,10 @@ import random
 import re
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from glob import glob as _local_glob
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlparse
@@ -32,8 +34,8 @@ import numpy as np
 
 from . import accounting
 from ._budget import request_slot
-from ._loop import gather_or_cancel
-from ._redact import redact, scrubbed, secrets_in
+from ._loop import gather_or_cancel, run_sync
+from ._redact import redact, scrubbed, secrets_in, url_secrets
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 
@@ -371,12 +373,15 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
-    """Unpickle a source once per process: every task on a worker shares its store and connection pool."""
+    """Unpickle a source once per process: every task on a worker shares its store and connection pool.
+
+    ``payload`` pickles the keyword arguments ``kind`` is built from, but its label.
+    """
     digest = hashlib.sha256(payload).digest()  # a digest, never the payload: it holds credentials
     with _registry_lock:
         found = _registry.get(digest)
         if found is None:
-            found = _registry[digest] = kind(pickle.loads(payload), label)  # type: ignore[call-arg]
+            found = _registry[digest] = kind(**pickle.loads(payload), label=label)  # type: ignore[call-arg]
         return found
 
 
@@ -408,7 +413,7 @@ class ObstoreSource(ByteSource):
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (ObstoreSource, pickle.dumps(self.store), self.label))
+        return (_restore, (ObstoreSource, pickle.dumps({"store": self.store}), self.label))
 
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Send one request under the process's budget; errors become built-in or our exceptions.
@@ -613,15 +618,22 @@ class ZarrStoreSource(ByteSource):
     tell, so nothing read from it is reused across reads.
     """
 
-    def __init__(self, store: Any, label: str | None = None) -> None:
+    def __init__(self, store: Any, label: str | None = None, secrets: Sequence[str] = ()) -> None:
         self.store = store
         self.label = label or f"{type(store).__name__}@{id(store):x}"
         self.snapshot = _immutable_snapshot(store)
-        # an FsspecStore's options hold its credentials: masked in our messages
-        self._secrets = secrets_in(getattr(getattr(store, "fs", None), "storage_options", None))
+        # Masked in our messages: ``secrets`` (the password of the URL the store was made from, which fsspec
+        # may keep in its path) and the credentials in an FsspecStore's options (the file system zarr wraps
+        # to make it async keeps them).
+        self._given_secrets = tuple(secrets)
+        fs = getattr(store, "fs", None)
+        self._secrets = self._given_secrets + tuple(
+            s for f in (fs, getattr(fs, "sync_fs", None)) for s in secrets_in(getattr(f, "storage_options", None))
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (ZarrStoreSource, pickle.dumps(self.store), self.label))
+        payload = pickle.dumps({"store": self.store, "secrets": self._given_secrets})
+        return (_restore, (ZarrStoreSource, payload, self.label))
 
     async def _get(self, key: str, byte_range: Any = None) -> Buffer | None:
         from zarr.core.buffer import default_buffer_prototype
@@ -715,6 +727,11 @@ def _immutable_snapshot(store: Any) -> tuple[str, str] | None:
 _CLIENT_OPTION_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout",
                        "pool_idle_timeout", "http1_only", "http2_only", "user_agent"}
 
+#: s3fs's names for storage_options (what engine="zarr" reads s3:// URLs with), and obstore's for the same.
+_S3FS_OPTIONS = {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token",
+                 "endpoint_url": "endpoint", "anon": "skip_signature"}
+_S3FS_CLIENT_KWARGS = {"endpoint_url": "endpoint", "region_name": "region"}
+
 
 def default_retry_config() -> dict[str, Any]:
     """obstore's retries for the S3 stores we build: up to 10 with backoff from 0.1 s to 2 s, and never past
@@ -723,8 +740,29 @@ def default_retry_config() -> dict[str, Any]:
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
 
 
+def obstore_s3_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` for an s3:// URL with s3fs's names renamed to obstore's, so the options written for
+    engine="zarr" open the same bucket here: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` and
+    ``client_kwargs={"endpoint_url": ..., "region_name": ...}``. Other names pass as they are (obstore refuses
+    the ones it does not know)."""
+    options = dict(storage_options or {})
+    client_kwargs = dict(options.pop("client_kwargs", None) or {})
+    unknown = sorted(set(client_kwargs) - set(_S3FS_CLIENT_KWARGS))
+    if unknown:
+        raise ValueError(f"expected only {sorted(_S3FS_CLIENT_KWARGS)} in storage_options['client_kwargs'] for an "
+                         f"s3:// URL. Got also {unknown}.")
+    renames = [(name, options.pop(name), new) for name, new in _S3FS_OPTIONS.items() if name in options]
+    renames += [(f"client_kwargs[{name!r}]", value, _S3FS_CLIENT_KWARGS[name]) for name, value in client_kwargs.items()]
+    for name, value, new in renames:
+        if new in options and options[new] != value:  # no values in the message: they may be credentials
+            raise ValueError(f"storage_options give {name} (s3fs's name) and {new!r} (obstore's) different values")
+        options[new] = bool(value) if name == "anon" else value
+    return options
+
+
 def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:
-    """An obstore S3Store for ``s3://bucket/prefix``; credentials from options or the AWS environment."""
+    """An obstore S3Store for ``s3://bucket/prefix``; credentials from options (obstore's names or s3fs's, see
+    `obstore_s3_options`) or the AWS environment."""
     from obstore.store import S3Store
 
     parsed = urlparse(url)
@@ -733,15 +771,13 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     if "@" in parsed.netloc:  # else "key:secret@bucket" would become the bucket name, shown in every label
         raise ValueError(f"expected an S3 URL of the form s3://bucket/path, with credentials in storage_options. "
                          f"Got credentials in the URL: {redact(url)!r}")
-    options = dict(storage_options or {})
+    options = obstore_s3_options(storage_options)
     client_options = dict(options.pop("client_options", {}) or {})
     retry_config = options.pop("retry_config", None) or default_retry_config()
     for key in list(options):
         if key in _CLIENT_OPTION_KEYS:
             client_options[key] = options.pop(key)
-    endpoint = options.get("endpoint") or options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
-    if "endpoint_url" in options:
-        options["endpoint"] = options.pop("endpoint_url")
+    endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and str(endpoint).startswith("http://"):
         client_options.setdefault("allow_http", True)
     options.setdefault("region", os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1")
@@ -760,44 +796,237 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     raise failure  # outside the except clause: not even __context__ keeps obstore's own text
 
 
-def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
-    """Turn what the user passed into a `ByteSource`.
+def fsspec_source(url: str, storage_options: Mapping[str, Any] | None = None) -> ZarrStoreSource:
+    """zarr's FsspecStore for an fsspec URL (``memory://``, ``gs://``, ``simplecache::s3://``...), read-only:
+    what engine="zarr" reads such a URL with, and its errors (ValueError for an unknown protocol, ImportError
+    for one whose package is missing), credentials masked."""
+    secrets = url_secrets(url) + secrets_in(storage_options)
+    label = redact(url, secrets)
+    try:
+        from zarr.storage import FsspecStore
 
-    Accepts a local path or ``file://`` URL, an ``s3://`` URL, an obstore store, a zarr Store
-    (Icechunk's included), an Icechunk Session, or a `ByteSource`.
+        store = FsspecStore.from_url(url, storage_options=dict(storage_options or {}), read_only=True)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while opening {label} with fsspec")
+    else:
+        return ZarrStoreSource(store, label, secrets)
+    raise failure  # outside the except clause: not even __context__ keeps fsspec's own text
+
+
+#: A URL rather than a path, as xarray tells them apart (``is_remote_uri``): a scheme and ``://``, or an fsspec
+#: chain's ``::``.
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9]*)(://|::)")
+
+
+def _scheme(target: str) -> str:
+    """``"s3"`` for an s3:// URL, ``"simplecache::"`` for a chain that starts with it, ``""`` for a path."""
+    match = _URL.match(target)
+    if match is None:
+        return ""
+    return match.group(1).lower() + ("::" if match.group(2) == "::" else "")
+
+
+def _no_storage_options(storage_options: Mapping[str, Any] | None, what: str) -> None:
+    if storage_options is not None:  # as zarr-python: options that would be silently ignored are an error
+        raise TypeError(f"'storage_options' was provided but unused: they go with s3:// and fsspec URLs only. "
+                        f"Got them with {what}.")
+
+
+def _local_source(target: str) -> LocalSource:
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
+    return LocalSource(path.resolve())
+
+
+def _url_source(url: str, storage_options: Mapping[str, Any] | None) -> ByteSource:
+    scheme = _scheme(url)
+    if scheme == "s3":
+        return s3_store_from_url(url, storage_options)  # obstore: ETags, parallel ranges, one connection pool
+    if scheme in ("", "file"):
+        _no_storage_options(storage_options, "a local path")
+        return _local_source(url.split("://", 1)[1] if scheme else url)
+    if scheme == "memory":
+        _no_storage_options(storage_options, "a memory:// URL")
+    return fsspec_source(url, storage_options)
+
+
+class _Buffers(Mapping[str, Any]):
+    """A read-only view of a mapping whose values are zarr Buffers or bytes-like objects, as zarr Buffers:
+    what zarr's MemoryStore reads (engine="zarr" reads a dict of Buffers only)."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Mapping[str, Any]) -> None:
+        self.mapping = mapping
+
+    def __getitem__(self, key: str) -> Any:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.buffer.core import Buffer
+
+        value = self.mapping[key]
+        return value if isinstance(value, cast(type, Buffer)) else default_buffer_prototype().buffer.from_bytes(value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.mapping
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.mapping)
+
+    def __len__(self) -> int:
+        return len(self.mapping)
+
+
+def _mapping_source(mapping: MutableMapping[str, Any]) -> ZarrStoreSource:
+    """A dict (or any MutableMapping) as zarr-python reads one: a MemoryStore over the same mapping, so changes
+    to it show in later reads; read-only for us."""
+    from zarr.storage import MemoryStore
+
+    store = MemoryStore(store_dict=cast(Any, _Buffers(mapping)), read_only=True)
+    return ZarrStoreSource(store, f"{type(mapping).__name__}@{id(mapping):x}")
+
+
+def _fsspec_mapper(target: Any) -> Any:
+    """``target`` if it is an fsspec mapper (``fsspec.get_mapper(url)``), else None."""
+    if not isinstance(target, MutableMapping):
+        return None
+    try:
+        from fsspec.mapping import FSMap
+    except ImportError:
+        return None
+    return target if isinstance(target, FSMap) else None
+
+
+def _mapper_source(mapper: Any) -> ByteSource:
+    """An fsspec mapper: on the local file system, its directory (the fast path, with its version checks); else
+    zarr's FsspecStore over it, read-only, as engine="zarr" reads it."""
+    from fsspec.implementations.local import LocalFileSystem
+    from zarr.storage import FsspecStore
+
+    fs = mapper.fs
+    if isinstance(fs, LocalFileSystem):
+        return _local_source(mapper.root)
+    secrets = secrets_in(getattr(fs, "storage_options", None))
+    try:
+        label = redact(fs.unstrip_protocol(mapper.root), secrets)
+    except Exception:
+        label = f"{type(fs).__name__}@{id(mapper):x}"
+    return ZarrStoreSource(FsspecStore.from_mapper(mapper, read_only=True), label, secrets)
+
+
+def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None) -> ByteSource:
+    """Turn what the user passed into a `ByteSource`: what engine="zarr" accepts, and more.
+
+    - a local path or ``file://`` URL: `LocalSource`;
+    - an ``s3://`` URL: obstore's S3Store (`ObstoreSource`), options by obstore's or s3fs's names;
+    - any other fsspec URL (``memory://``, ``gs://``, chained ``simplecache::s3://``): zarr's FsspecStore;
+    - an fsspec mapper (``fsspec.get_mapper(url)``): the local directory, else zarr's FsspecStore over it;
+    - a dict or other MutableMapping of keys to zarr Buffers or bytes: zarr's MemoryStore over it;
+    - zarr's ObjectStore: the obstore store inside it (`ObstoreSource`); an obstore store;
+    - any other zarr Store (Icechunk's included); an Icechunk Session; a `ByteSource`.
+
+    What is read through zarr-python's stores is read-only and never cached across reads. ``storage_options``
+    go with URLs other than local and ``memory://`` ones: anywhere else they raise TypeError, as in zarr-python.
     """
     if isinstance(target, ByteSource):
         return target
     if isinstance(target, os.PathLike):
         target = os.fspath(target)
     if isinstance(target, str):
-        if target.startswith("s3://"):
-            return s3_store_from_url(target, storage_options)
-        if target.startswith("file://"):
-            target = urlparse(target).path
-        elif "://" in target:
-            raise ValueError(
-                f"expected a local path, file:// or s3:// URL. Got a URL with scheme {target.split('://')[0]!r}: "
-                f"{redact(target)!r}; pass an obstore or zarr Store for other protocols"
-            )
-        path = Path(target).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
-        if not path.is_dir():
-            raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
-        return LocalSource(path.resolve())
+        return _url_source(target, storage_options)
+    _no_storage_options(storage_options, f"a {type(target).__name__}")
     module = type(target).__module__ or ""
     if module.startswith("icechunk") and hasattr(target, "store") and hasattr(target, "snapshot_id"):
         return ZarrStoreSource(target.store)
     if module.startswith("obstore"):
         return ObstoreSource(target)
-    try:
-        from zarr.abc.store import Store
-    except ImportError:  # pragma: no cover - zarr is a hard dependency
-        Store = ()  # type: ignore[assignment,misc]
+    from zarr.abc.store import Store
+    from zarr.storage import ObjectStore
+
+    if isinstance(target, ObjectStore):
+        return ObstoreSource(target.store)  # obstore's own requests, with ETags: the fast path
     if isinstance(target, Store):
         return ZarrStoreSource(target)
+    mapper = _fsspec_mapper(target)
+    if mapper is not None:
+        return _mapper_source(mapper)
+    if isinstance(target, MutableMapping):
+        return _mapping_source(target)
     raise TypeError(
-        "expected a local path, file:// or s3:// URL, an obstore store, a zarr Store or an Icechunk Session. "
-        f"Got {type(target).__module__}.{type(target).__qualname__} instead."
+        "expected a local path or URL (file://, s3://, any fsspec protocol), an fsspec mapper, a dict, an obstore "
+        f"store, a zarr Store or an Icechunk Session. Got {type(target).__module__}.{type(target).__qualname__} "
+        "instead."
     )
+
+
+# -- globs, for open_mfdataset -------------------------------------------------------------------------------
+
+_GLOB_MAGIC = re.compile(r"[*?\[]")
+
+
+def glob(pattern: str | os.PathLike[str], *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The paths or URLs a wildcard pattern matches, sorted: what to give ``xr.open_mfdataset``.
+
+    xarray expands a pattern itself for local paths, and for URLs only with engine="zarr"; so for remote
+    stores::
+
+        urls = xarray_zarrmax.glob("s3://bucket/run-*.zarr", storage_options=so)
+        ds = xr.open_mfdataset(urls, engine="zarrmax", storage_options=so, ...)
+
+    Local patterns are expanded as xarray expands them (Python's glob). ``s3://`` patterns are listed through
+    obstore, one LIST per wildcard level and candidate prefix; other fsspec URLs by the file system's ``glob``,
+    as engine="zarr" expands them (``storage_options`` as for `resolve_source`). Wildcards (``*``, ``?``,
+    ``[...]``) match within one path level; ``**`` is refused on s3://.
+    """
+    pattern = os.fspath(pattern)
+    scheme = _scheme(pattern)
+    if scheme in ("", "file"):
+        _no_storage_options(storage_options, "a local path")
+        path = pattern.split("://", 1)[1] if scheme else pattern  # not urlparse: "?" is a wildcard
+        return sorted(_local_glob(os.path.abspath(os.path.expanduser(path))))
+    if scheme == "s3":
+        return cast(list[str], run_sync(_glob_s3(pattern, storage_options)))
+    if scheme == "memory":
+        _no_storage_options(storage_options, "a memory:// URL")
+    return _glob_fsspec(pattern, storage_options)
+
+
+async def _glob_s3(pattern: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    # not urlparse: "?" is a wildcard here, not the start of a query
+    bucket, _, key = pattern.split("://", 1)[1].partition("/")
+    parts = [p for p in key.split("/") if p]
+    if _GLOB_MAGIC.search(bucket) or "**" in parts:
+        raise ValueError(f"expected wildcards within one level of the keys of one bucket. Got {redact(pattern)!r}.")
+    if not parts:
+        return [pattern]
+    # the levels before the first wildcard are the store's prefix; each later level is listed and matched
+    start = next((i for i, part in enumerate(parts) if _GLOB_MAGIC.search(part)), len(parts) - 1)
+    root = "/".join(parts[:start])
+    source = s3_store_from_url(f"s3://{bucket}/{root}", storage_options)
+    found = [""]
+    for part in parts[start:]:
+        listed = await gather_or_cancel(*(source.list_dir(prefix) for prefix in found))
+        found = [_join(prefix, name) for prefix, names in zip(found, listed, strict=True)
+                 for name in names if fnmatch.fnmatchcase(name, part)]
+    return sorted(f"s3://{bucket}/{_join(root, key)}" for key in found)
+
+
+def _glob_fsspec(pattern: str, storage_options: Mapping[str, Any] | None) -> list[str]:
+    secrets = url_secrets(pattern) + secrets_in(storage_options)
+    try:
+        from fsspec.core import url_to_fs
+
+        fs, path = url_to_fs(pattern, **dict(storage_options or {}))
+        matches = fs.glob(path)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while expanding {redact(pattern, secrets)} with fsspec")
+    else:
+        chain, _, inner = pattern.rpartition("::")  # the matches are paths of the innermost file system
+        protocol = inner.split("://", 1)[0]
+        urls = (m if "://" in m else f"{protocol}://{m}" for m in matches)
+        return sorted(f"{chain}::{url}" if chain else url for url in urls)
+    raise failure  # outside the except clause: not even __context__ keeps fsspec's own text
