@@ -263,13 +263,14 @@ class ZarrmaxStore(AbstractDataStore):
             if len(dims) != len(meta.shape) or not all(isinstance(d, str) for d in dims):
                 raise MissingDimensionsError(
                     f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
-                    f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
+                    "dimensions in its `dimension_names` metadata, which is required for xarray to determine "
+                    f"variable dimensions. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
         if DIMENSION_KEY not in attrs:
             raise MissingDimensionsError(
                 f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r}, "
-                "which xarray needs to determine variable dimensions"
+                "which is required for xarray to determine variable dimensions"
             )
         names: Any = attrs.pop(DIMENSION_KEY)
         if isinstance(names, str):
