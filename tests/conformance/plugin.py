@@ -1,7 +1,8 @@
 """pytest plugin for the conformance run: ``-p tests.conformance.plugin --conformance-engine=zarr|zarrmax``.
 
 - ``--conformance-engine=zarrmax`` routes every read xarray's tests make with engine="zarr" to engine="zarrmax"
-  (see `tests.conformance.routing`); ``zarr`` routes nothing: the control, under the same harness.
+  (see `tests.conformance.routing`); ``zarr`` routes nothing: the control, under the same harness, its
+  engine="zarr" reads only counted (so the runner can tell a read that escaped the routing).
 - ``--conformance-report=PATH`` writes each test's outcome as JSON for `tests.conformance.run` to compare.
 - What xarray's own repository configuration gives its tests and an installed xarray lacks: the
   ``skip_if_param`` mark, ``@pytest.mark.asyncio`` tests (run on a fresh event loop, as pytest-asyncio's
