@@ -21,9 +21,17 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
+# Conformance (docs/conformance.md): xarray's own Zarr tests, once with engine="zarr" (the control) and once with
+# every read through engine="zarrmax"; fails on any difference tests/conformance/deliberate.toml does not declare.
+conformance_log=$(mktemp)
+.venv/bin/python -m tests.conformance.run 2>&1 | tee "$conformance_log"
+conformance_rc=${PIPESTATUS[0]}
+[ "$conformance_rc" -eq 0 ] || exit "$conformance_rc"
 # The benchmark suite must stay runnable: asv check plus one open and one read benchmark.
 bash ci/asv_smoke.sh || exit 1
-# pytest's counts again as the last line, after the benchmark smoke's output
+# the conformance counts, then pytest's counts as the last line, after the benchmark smoke's output
 summary=$(grep -E '^=+ .*(passed|failed).* in [0-9.]+s' "$log" | tail -1)
 count() { echo "$summary" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' || echo 0; }
+echo "conformance (xarray's Zarr tests, build/conformance/):"
+tail -n 4 "$conformance_log"
 echo "tests: $(count passed) passed, $(count failed) failed, $(count skipped) skipped"

@@ -199,6 +199,20 @@ def test_bad_metadata_raises_what_engine_zarr_raises(tmp_path, case):
     assert re.search(bad.names, str(ours)), str(ours)
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_missing_dimension_names_message_says_what_engine_zarr_says(tmp_path, zarr_format):
+    """xarray's own test (test_raises_key_error_on_invalid_zarr_store) matches engine="zarr"'s words, "required for
+    xarray to determine variable dimensions": ours says them too, after naming the array."""
+    group = zarr.open_group(tmp_path / "tmp.zarr", mode="w", zarr_format=zarr_format)
+    group.create_array("bar", shape=(3, 5), dtype=np.float32)
+    pattern = "xarray to determine variable dimensions"
+    theirs = error_of("zarr", tmp_path / "tmp.zarr", {"consolidated": False})
+    ours = error_of("zarrmax", tmp_path / "tmp.zarr", {})
+    assert isinstance(theirs, KeyError) and re.search(pattern, str(theirs)), theirs
+    assert isinstance(ours, KeyError) and re.search(pattern, str(ours)), ours
+    assert "array 'bar'" in str(ours)
+
+
 def test_error_classes_are_both_ours_and_built_in():
     from xarray_zarrmax.errors import GroupNotFoundError, MissingDimensionsError, NodeNotFoundError
 

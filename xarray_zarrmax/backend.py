@@ -300,7 +300,8 @@ class ZarrmaxStore(AbstractDataStore):
             if len(dims) != len(meta.shape):
                 raise MissingDimensionsError(
                     f"array {node.name!r} of {self.source.label} needs a name for each of its {len(meta.shape)} "
-                    f"dimensions in its `dimension_names` metadata for xarray. Got {meta.dimension_names!r}."
+                    "dimensions in its `dimension_names` metadata, which is required for xarray to determine "
+                    f"variable dimensions. Got {meta.dimension_names!r}."
                 )
             return dims, attrs
         names: Any = attrs.pop(DIMENSION_KEY) if DIMENSION_KEY in attrs else self._nczarr_dimensions(node)
@@ -327,8 +328,8 @@ class ZarrmaxStore(AbstractDataStore):
         if dimrefs is None:
             raise MissingDimensionsError(
                 f"array {node.name!r} of {self.source.label} is missing the attribute {DIMENSION_KEY!r} and the "
-                "NCZarr metadata ('_NCZARR_ARRAY' dimrefs in .zarray), which xarray needs to determine variable "
-                "dimensions"
+                "NCZarr metadata ('_NCZARR_ARRAY' dimrefs in .zarray), which are required for xarray to determine "
+                "variable dimensions"
             )
         if not isinstance(dimrefs, list) or not all(isinstance(d, str) for d in dimrefs):
             raise MetadataTypeError(

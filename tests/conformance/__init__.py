@@ -1,0 +1,4 @@
+"""The conformance run: xarray's own Zarr backend tests with every read through engine="zarrmax".
+
+See docs/conformance.md.
+"""
