@@ -193,7 +193,10 @@ def _zarrmax_load(self: ZarrStore) -> Any:
     """``ZarrStore.load`` read by zarrmax: the same zarr store and group path, the ZarrStore's fill-value rule."""
     _count()
     group = self.zarr_group
-    store = ZarrmaxStore.open(resolve_source(group.store), group=group.path or None,
+    # The ZarrStore opened its group already, with or without consolidated metadata: read it the same way
+    # (and so without the warning an open with consolidated=None gives, which ZarrStore.load never gives).
+    consolidated = getattr(group.metadata, "consolidated_metadata", None) is not None
+    store = ZarrmaxStore.open(resolve_source(group.store), group=group.path or None, consolidated=consolidated,
                               use_zarr_fill_value_as_mask=self._use_zarr_fill_value_as_mask)
     return store.load()
 
