@@ -464,12 +464,17 @@ def _warn_unconsolidated() -> None:
 
 
 def _user_stacklevel() -> int:
-    """The stacklevel of the first caller outside this package and xarray, so a warning names user code."""
+    """The stacklevel of the first caller outside this package and xarray (xarray's own tests count as callers,
+    as xarray's ``find_stack_level`` counts them), so a warning names user code."""
     import xarray
 
-    ours = (os.path.dirname(__file__), os.path.dirname(xarray.__file__))
+    ours = (os.path.dirname(__file__) + os.sep, os.path.dirname(xarray.__file__) + os.sep)
+    tests = os.path.join(os.path.dirname(xarray.__file__), "tests") + os.sep
     frame, level = inspect.currentframe(), 1
-    while frame is not None and frame.f_code.co_filename.startswith(ours):
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(ours) or name.startswith(tests):
+            break
         frame, level = frame.f_back, level + 1
     return max(level - 1, 1)
 

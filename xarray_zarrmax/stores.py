@@ -37,7 +37,7 @@ from ._budget import request_slot
 from ._loop import gather_or_cancel, run_sync
 from ._redact import redact, scrubbed, secrets_in, url_secrets
 from .config import get_config
-from .errors import CorruptDataError, StoreAccessError
+from .errors import CorruptDataError, NodeNotFoundError, StoreAccessError
 
 Buffer = Any  # anything exposing the buffer protocol: bytes, memoryview, numpy uint8, obstore Bytes
 
@@ -838,7 +838,8 @@ def _local_source(target: str) -> LocalSource:
     if not path.exists():
         raise FileNotFoundError(f"no such Zarr store: {str(path)!r} does not exist")
     if not path.is_dir():
-        raise ValueError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
+        # zarr-python: GroupNotFoundError, a ValueError and a FileNotFoundError; NodeNotFoundError is both
+        raise NodeNotFoundError(f"expected a Zarr store directory. Got a file: {str(path)!r}")
     return LocalSource(path.resolve())
 
 
