@@ -326,3 +326,105 @@ def test_open_datatree_on_icechunk_reads_its_hierarchy(tmp_path: Path, consolida
     assert isinstance(results["zarrmax"][0], xr.DataTree), results["zarrmax"][0]
     xr.testing.assert_identical(results["zarrmax"][0], results["zarr"][0])
     assert results["zarrmax"][1] == results["zarr"][1] == []
+
+
+# -- found by review: where zarr-python does and does not read a subgroup's own consolidated metadata ------
+
+
+def _subgroup_consolidated_then_grown(path: Path, zarr_format: int) -> None:
+    """Group "a" with consolidated metadata of its own (none at the root), then an array added to it."""
+    dims = (lambda: {"dimension_names": ["t"]}) if zarr_format == 3 else (
+        lambda: {"attributes": {"_ARRAY_DIMENSIONS": ["t"]}})
+    group = zarr.open_group(path, mode="w", zarr_format=zarr_format).create_group("a")
+    group.create_array("x", shape=(3,), dtype="i4", **dims())[:] = [1, 2, 3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(path, path="a", zarr_format=zarr_format)
+    zarr.open_group(path, mode="a", path="a", use_consolidated=False).create_array(
+        "y", shape=(3,), dtype="f8", **dims())[:] = [4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("consolidated", [None, False])
+def test_v2_group_never_reads_its_own_zmetadata(tmp_path: Path, consolidated: bool | None) -> None:
+    """zarr-python reads ``.zmetadata`` at the root only: a v2 subgroup's own is ignored, so "y" (added after
+    it was written) is there, as engine="zarr" shows it."""
+    _subgroup_consolidated_then_grown(tmp_path / "s", 2)
+    ours = assert_same_datasets(both(tmp_path / "s", group="a", consolidated=consolidated))
+    assert sorted(ours.data_vars) == ["x", "y"]
+
+
+@pytest.mark.parametrize(("consolidated", "group"), [(None, None), (False, None), (None, "a"), (False, "a")])
+def test_tree_reads_a_v3_subgroups_own_consolidated_metadata_as_engine_zarr(
+        tmp_path: Path, consolidated: bool | None, group: str | None) -> None:
+    """zarr-python's walk keeps the consolidated metadata a v3 subgroup holds (so "y", added since, is not
+    there); only ``group=`` itself with ``consolidated=False`` reads the group member by member."""
+    _subgroup_consolidated_then_grown(tmp_path / "s", 3)
+    kwargs: dict[str, Any] = {"consolidated": consolidated, "group": group}
+    with recorded():
+        theirs = xr.open_groups(tmp_path / "s", engine="zarr", **kwargs)
+        ours = xr.open_groups(tmp_path / "s", engine="zarrmax", **kwargs)
+    assert list(ours) == list(theirs)
+    for key in theirs:
+        xr.testing.assert_identical(ours[key].load(), theirs[key].load())
+    top = ours["/a" if group is None else next(iter(ours))]
+    assert sorted(top.data_vars) == (["x", "y"] if group and consolidated is False else ["x"])
+
+
+def test_a_file_where_a_store_should_be_is_what_engine_zarr_raises(tmp_path: Path) -> None:
+    (tmp_path / "f.zarr").write_bytes(b"not a store")
+    results = both(tmp_path / "f.zarr")
+    for engine in ENGINES:
+        assert isinstance(results[engine][0], FileNotFoundError), (engine, results[engine][0])
+        assert isinstance(results[engine][0], ValueError), (engine, results[engine][0])
+
+
+def test_the_warning_names_a_caller_in_xarrays_own_tests(tmp_path: Path) -> None:
+    """xarray's tests turn warnings raised at their own lines into errors: ours must name that line, as
+    engine="zarr"'s does, or the conformance run would never see a warning of ours."""
+    write_group(tmp_path / "s")
+    fake_test = os.path.join(os.path.dirname(xr.__file__), "tests", "test_fake_caller.py")
+    code = compile("xr.open_dataset(path, engine=engine)", fake_test, "exec")
+    for engine in ENGINES:
+        with recorded() as caught:
+            exec(code, {"xr": xr, "path": tmp_path / "s", "engine": engine})
+        (warning,) = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert warning.filename == fake_test, (engine, warning.filename)
+
+
+@pytest.mark.parametrize("live_dims", [["/t"], ["/s"], None])
+@pytest.mark.parametrize("opener", ["dataset", "groups"])
+def test_nczarr_dimrefs_come_from_the_stored_zarray_not_the_consolidated_copy(
+        tmp_path: Path, live_dims: list[str] | None, opener: str) -> None:
+    """zarr-python's consolidation drops ``_NCZARR_ARRAY``, and engine="zarr" reads the dimension references
+    from the array's own ``.zarray`` anyway: so do we, also where the copy in ``.zmetadata`` disagrees."""
+    path = tmp_path / "nc"
+    group = zarr.open_group(path, mode="w", zarr_format=2)
+    group.create_array("v", shape=(3,), dtype="f4")[:] = [1, 2, 3]
+    zarray = json.loads((path / "v" / ".zarray").read_text())
+    zarray["_NCZARR_ARRAY"] = {"dimrefs": ["/t"]}
+    (path / "v" / ".zarray").write_text(json.dumps(zarray))
+    consolidate(path)
+    zmetadata = json.loads((path / ".zmetadata").read_text())
+    zmetadata["metadata"]["v/.zarray"]["_NCZARR_ARRAY"] = {"dimrefs": ["/stale"]}  # a copy that disagrees
+    (path / ".zmetadata").write_text(json.dumps(zmetadata))
+    if live_dims is None:
+        zarray.pop("_NCZARR_ARRAY")
+    else:
+        zarray["_NCZARR_ARRAY"] = {"dimrefs": live_dims}
+    (path / "v" / ".zarray").write_text(json.dumps(zarray))
+    if opener == "dataset":
+        results = both(path)
+        if live_dims is None:
+            for engine in ENGINES:
+                assert isinstance(results[engine][0], KeyError), (engine, results[engine][0])
+            return
+        ours = assert_same_datasets(results)
+    else:
+        trees = {engine: opened_tree(path, engine) for engine in ENGINES}
+        if live_dims is None:
+            for engine in ENGINES:
+                assert isinstance(trees[engine][0], KeyError), (engine, trees[engine][0])
+            return
+        xr.testing.assert_identical(trees["zarrmax"][0], trees["zarr"][0])
+        ours = trees["zarrmax"][0].to_dataset()
+    assert ours["v"].dims == (live_dims[0].lstrip("/"),)

@@ -35,6 +35,7 @@ from .stores import ByteSource
 
 V3_KEY = "zarr.json"
 V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+NCZARR_ARRAY = "_NCZARR_ARRAY"  # netCDF-C's record of an array's dimensions, in its .zarray
 #: the store's own metadata objects: listed next to members, never members themselves.
 METADATA_KEYS = frozenset({V3_KEY, V2_ARRAY, V2_GROUP, V2_ATTRS, V2_CONSOLIDATED})
 
@@ -375,7 +376,7 @@ class _Loader:
         prefix = gpath + "/"
         inside = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
         attributes = dict(inside.get(V2_ATTRS, {}) or {})
-        available = _consolidated_v2_arrays(inside, V2_CONSOLIDATED, source)
+        available = await live_nczarr_dimrefs(source, gpath, _consolidated_v2_arrays(inside, V2_CONSOLIDATED, source))
         arrays = await self._select(
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
@@ -453,8 +454,8 @@ class _Loader:
 
     async def _load_v2(self) -> GroupNode | None:
         source, gpath = self.source, self.gpath
-        if self.consolidated is not False:
-            raw = await source.get(_join(gpath, V2_CONSOLIDATED))
+        if self.consolidated is not False and not gpath:  # zarr-python reads .zmetadata at the root only
+            raw = await source.get(V2_CONSOLIDATED)
             if raw is not None:
                 return await self._from_zmetadata(_parse_json(raw, _join(gpath, V2_CONSOLIDATED), source))
         zgroup_raw, zattrs_raw = await asyncio.gather(
@@ -497,7 +498,8 @@ class _Loader:
         if not isinstance(meta, dict):
             raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
         attributes = dict(meta.get(V2_ATTRS, {}) or {})
-        available = _consolidated_v2_arrays(meta, _join(gpath, V2_CONSOLIDATED), source)
+        available = await live_nczarr_dimrefs(
+            source, gpath, _consolidated_v2_arrays(meta, _join(gpath, V2_CONSOLIDATED), source))
         arrays = await self._select(
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
@@ -549,6 +551,31 @@ def _consolidated_v2_arrays(meta: dict[str, Any], key: str, source: ByteSource) 
         if last == V2_ARRAY and "/" not in name:
             arrays[name] = (value, meta.get(_join(name, V2_ATTRS), {}) or {})
     return arrays
+
+
+async def live_nczarr_dimrefs(source: ByteSource, gpath: str,
+                              arrays: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
+    """v2 arrays from consolidated metadata, (``.zarray``, ``.zattrs``) by name in group ``gpath``, with the
+    NCZarr dimension references of their stored ``.zarray`` where ``.zattrs`` names no dimensions.
+
+    engine="zarr" reads those from the array's own ``.zarray``, never from the consolidated copy (which
+    zarr-python's consolidation leaves without them): one GET per such array, all together. Arrays with
+    ``_ARRAY_DIMENSIONS`` (all of xarray's) cost nothing.
+    """
+    missing = [n for n, (zarray, zattrs) in arrays.items()
+               if isinstance(zarray, dict) and "_ARRAY_DIMENSIONS" not in (zattrs or {})]
+    if not missing:
+        return arrays
+    raws = await asyncio.gather(*(source.get(_join(gpath, n, V2_ARRAY)) for n in missing))
+    out = dict(arrays)
+    for name, raw in zip(missing, raws, strict=True):
+        zarray = {k: v for k, v in arrays[name][0].items() if k != NCZARR_ARRAY}
+        if raw is not None:
+            live = _parse_json(raw, _join(gpath, name, V2_ARRAY), source)
+            if NCZARR_ARRAY in live:
+                zarray[NCZARR_ARRAY] = live[NCZARR_ARRAY]
+        out[name] = (zarray, arrays[name][1])
+    return out
 
 
 async def _raise_missing(source: ByteSource, gpath: str, zarr_format: int | None) -> None:

@@ -42,6 +42,7 @@ from .hierarchy import (
     _member_node_type,
     _parse_json,
     _raise_missing,
+    live_nczarr_dimrefs,
     parse_group_path,
     parse_zarr_format,
 )
@@ -81,6 +82,12 @@ def _check_member_format(doc: Any, expected: int, where: str, source: ByteSource
     found = doc.get("zarr_format") if isinstance(doc, dict) else None
     if found != expected:
         raise MetadataError(f"unsupported zarr_format in {where} of {source.label}: expected {expected}, got {found!r}")
+
+
+def _own_consolidated(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The members in a v3 group document's own consolidated metadata, or None."""
+    cm = doc.get("consolidated_metadata")
+    return cm["metadata"] if isinstance(cm, dict) and isinstance(cm.get("metadata"), dict) else None
 
 
 def _drop(task: asyncio.Future[Any]) -> None:
@@ -221,7 +228,8 @@ class _TreeLoader:
         def attrs(path: str) -> dict[str, Any]:
             return dict(meta.get(_join(path, V2_ATTRS)) or {})
 
-        nodes = [_array_v2(p.rpartition("/")[2], p, arrays[p], attrs(p), source, self.parser) for p in array_paths]
+        pairs = await live_nczarr_dimrefs(source, "", {p: (arrays[p], attrs(p)) for p in array_paths})
+        nodes = [_array_v2(p.rpartition("/")[2], p, *pairs[p], source, self.parser) for p in array_paths]
         return await self._finish_consolidated({p: attrs(p) for p in group_paths}, 2, nodes)
 
     # -- the walk -------------------------------------------------------------------------------------------
@@ -237,6 +245,11 @@ class _TreeLoader:
                 key = _join(gpath, V3_KEY)
                 _check_format(doc, 3, key, source)
                 _check_group_node_type(doc, key, source)
+                # zarr-python opens group= below a root without consolidated metadata as a member of the
+                # root, keeping the group's own consolidated metadata; consolidated=False drops it
+                if gpath and self.consolidated is None and _own_consolidated(doc) is not None:
+                    await self._consolidated_group_v3(gpath, doc)
+                    return
                 await self._walk_v3(gpath, doc, listing)
                 return
             if zarr_format in (None, 2):
@@ -270,13 +283,39 @@ class _TreeLoader:
             kind = _member_node_type(cdoc, repr(key), source)
             _check_format(cdoc, 3, key, source)
             if kind == "group":
-                await self._walk_v3(cpath, cdoc, source.list_dir(cpath))
+                if _own_consolidated(cdoc) is not None:  # as zarr-python's walk: used, whatever `consolidated`
+                    await self._consolidated_group_v3(cpath, cdoc)
+                else:
+                    await self._walk_v3(cpath, cdoc, source.list_dir(cpath))
                 return
             node = arrays[name] = _array_v3(name, cpath, cdoc, source, self.parser)
             await self._announce([(path, node)])
 
         await gather_or_cancel(*(child(n) for n in await self._members(path, listing)))
         self.groups[path] = GroupNode(path, 3, dict(doc.get("attributes") or {}), dict(sorted(arrays.items())))
+
+    async def _consolidated_group_v3(self, path: str, doc: dict[str, Any]) -> None:
+        """A group below the root and everything under it, from the group's own consolidated metadata (member
+        names relative to it), as zarr-python reads such a group it meets in a walk."""
+        source = self.source
+        key = _join(path, V3_KEY)
+        where = f"the consolidated metadata in {key!r}"
+        groups: dict[str, dict[str, Any]] = {path: doc}
+        arrays: dict[str, dict[str, Any]] = {}
+        for name, member in (_own_consolidated(doc) or {}).items():
+            _check_member_name(name, where, source)
+            if not isinstance(member, dict):
+                raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
+                                        f"Got {type(member).__name__}.")
+            kind = _member_node_type(member, f"member {name!r} of {where}", source)
+            (groups if kind == "group" else arrays)[_join(path, name)] = member
+        for member_path in (*groups, *arrays):
+            parent = member_path.rpartition("/")[0]
+            if member_path != path and parent not in groups:
+                raise MetadataError(f"member {member_path!r} of {where} of {source.label} is not inside a group: "
+                                    f"no group {parent!r} there")
+        nodes = [_array_v3(p.rpartition("/")[2], p, arrays[p], source, self.parser) for p in arrays]
+        await self._finish_consolidated({p: dict(g.get("attributes") or {}) for p, g in groups.items()}, 3, nodes)
 
     async def _walk_v2(self, path: str, attributes: dict[str, Any], listing: Awaitable[list[str]]) -> None:
         source = self.source
