@@ -162,6 +162,39 @@ def endpoint_with_latency(server: Any, latency_ms: int) -> str:
     return _latency_endpoints[key]
 
 
+def minio_opener(cache: dict[str, Any], engine: str, consolidated: bool, open_with: str, latency_ms: int = 0,
+                 counts: Any = None) -> Callable[[], Any]:
+    """A function opening ``cache``'s MinIO data with ``xr.<open_with>`` ("open_dataset", "open_datatree") and
+    ``engine``; ``counts``: a Counter to count engine="zarr"'s requests into. Each call gets a new S3 store."""
+    import xarray as xr
+    import zarr
+
+    if cache["minio"] is None:
+        skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
+    server = minio_on(cache["minio"])
+    endpoint = endpoint_with_latency(server, latency_ms)
+    prefix = cache["prefixes"][consolidated]
+    open_fn = getattr(xr, open_with)
+    if engine == "zarr":
+        def open_zarr() -> Any:
+            store: Any = zarr.storage.ObjectStore(server.obstore(BUCKET, prefix, endpoint), read_only=True)
+            if counts is not None:
+                from xarray_zarrmax.testing import counting_store
+
+                store = counting_store(store, counts)
+            return open_fn(store, engine="zarr", chunks={}, consolidated=consolidated)
+
+        return open_zarr
+    if engine == "zarrmax":
+        url, options = f"s3://{BUCKET}/{prefix}", server.storage_options(endpoint)
+
+        def open_zarrmax() -> Any:
+            return open_fn(url, engine="zarrmax", chunks={}, storage_options=options, consolidated=consolidated)
+
+        return open_zarrmax
+    raise ValueError(f"engine must be one of {ENGINES}. Got {engine!r} instead.")
+
+
 @contextlib.contextmanager
 def writing_minio(root: Path) -> Iterator[Any]:
     """A MinIO server on a new data directory under ``root`` for ``setup_cache`` to fill; stopped on exit,

@@ -41,34 +41,7 @@ write_tree_data.timeout = 300  # type: ignore[attr-defined]
 
 def opener(cache: dict[str, Any], engine: str, consolidated: bool, latency_ms: int = 0,
            counts: Counter[str] | None = None) -> Callable[[], Any]:
-    """A function opening the tree with ``engine`` (``counts``: count engine="zarr"'s requests into it)."""
-    import xarray as xr
-    import zarr
-
-    if cache["minio"] is None:
-        helpers.skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
-    server = helpers.minio_on(cache["minio"])
-    endpoint = helpers.endpoint_with_latency(server, latency_ms)
-    prefix = cache["prefixes"][consolidated]
-    if engine == "zarr":
-        def open_zarr() -> Any:
-            store: Any = zarr.storage.ObjectStore(server.obstore(BUCKET, prefix, endpoint), read_only=True)
-            if counts is not None:
-                from xarray_zarrmax.testing import counting_store
-
-                store = counting_store(store, counts)
-            return xr.open_datatree(store, engine="zarr", chunks={}, consolidated=consolidated)
-
-        return open_zarr
-    if engine == "zarrmax":
-        url, options = f"s3://{BUCKET}/{prefix}", server.storage_options(endpoint)
-
-        def open_zarrmax() -> Any:
-            return xr.open_datatree(url, engine="zarrmax", chunks={}, storage_options=options,
-                                    consolidated=consolidated)
-
-        return open_zarrmax
-    raise ValueError(f"engine must be one of {ENGINES}. Got {engine!r} instead.")
+    return helpers.minio_opener(cache, engine, consolidated, "open_datatree", latency_ms, counts)
 
 
 def _check(tree: Any) -> None:
