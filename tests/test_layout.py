@@ -180,3 +180,14 @@ def test_segments_view_equals_the_joined_bytes(parts, data):
     b = data.draw(st.integers(a, len(joined)))
     assert bytes(view(seg, a, b)) == joined[a:b]
     assert bytes(view(joined, a, b)) == joined[a:b]
+
+
+def test_decode_batches_split_work_evenly_in_order():
+    from xarray_zarrmax.fetch import _batches
+
+    work = list(range(10))
+    assert _batches(work, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+    assert _batches(work, 1) == [work]
+    assert _batches(work[:3], 8) == [[0], [1], [2]]  # never an empty batch while work remains
+    assert _batches([], 4) == [[]]
+    assert sum(_batches(work, 3), []) == work
