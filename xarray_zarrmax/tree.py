@@ -186,10 +186,13 @@ class _TreeLoader:
             self.groups[path] = GroupNode(path, zarr_format, attrs, members[path])
         return self._result()
 
-    async def _consolidated_v3(self, root: dict[str, Any], members: dict[str, Any]) -> dict[str, GroupNode]:
+    def _split_v3_members(self, path: str, doc: dict[str, Any], members: dict[str, Any],
+                          where: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """The groups (``path``'s own ``doc`` first) and arrays of v3 consolidated ``members``, keyed by path in
+        the store; each member checked as zarr-python checks it (a name inside the group, a JSON object, a
+        known node_type)."""
         source = self.source
-        where = f"the consolidated metadata in {V3_KEY!r}"
-        groups: dict[str, dict[str, Any]] = {"": root}
+        groups: dict[str, dict[str, Any]] = {path: doc}
         arrays: dict[str, dict[str, Any]] = {}
         for name, member in members.items():
             _check_member_name(name, where, source)
@@ -197,7 +200,13 @@ class _TreeLoader:
                 raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
                                         f"Got {type(member).__name__}.")
             kind = _member_node_type(member, f"member {name!r} of {where}", source)
-            (groups if kind == "group" else arrays)[name] = member
+            (groups if kind == "group" else arrays)[_join(path, name)] = member
+        return groups, arrays
+
+    async def _consolidated_v3(self, root: dict[str, Any], members: dict[str, Any]) -> dict[str, GroupNode]:
+        source = self.source
+        where = f"the consolidated metadata in {V3_KEY!r}"
+        groups, arrays = self._split_v3_members("", root, members, where)
         group_paths, array_paths = self._subtree(groups, arrays, V3_KEY)
         for path in group_paths:
             if path:
@@ -300,15 +309,7 @@ class _TreeLoader:
         source = self.source
         key = _join(path, V3_KEY)
         where = f"the consolidated metadata in {key!r}"
-        groups: dict[str, dict[str, Any]] = {path: doc}
-        arrays: dict[str, dict[str, Any]] = {}
-        for name, member in (_own_consolidated(doc) or {}).items():
-            _check_member_name(name, where, source)
-            if not isinstance(member, dict):
-                raise MetadataTypeError(f"expected a JSON object for member {name!r} of {where} of {source.label}. "
-                                        f"Got {type(member).__name__}.")
-            kind = _member_node_type(member, f"member {name!r} of {where}", source)
-            (groups if kind == "group" else arrays)[_join(path, name)] = member
+        groups, arrays = self._split_v3_members(path, doc, _own_consolidated(doc) or {}, where)
         for member_path in (*groups, *arrays):
             parent = member_path.rpartition("/")[0]
             if member_path != path and parent not in groups:
