@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 import zarr
 
+from xarray_zarrmax import set_config
 from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
 from xarray_zarrmax.errors import MetadataError
 from xarray_zarrmax.stores import resolve_source
@@ -108,7 +109,8 @@ def test_missing_dimension_names_still_fail_the_open(tmp_path):
 
 def test_dask_chunk_is_one_shard(tmp_path):
     path = write(era5_like(), tmp_path / "era5.zarr")
-    ds = xr.open_dataset(path, engine="zarrmax", chunks={})
+    with set_config(task_bytes=0):  # one task per stored object, as engine="zarr"
+        ds = xr.open_dataset(path, engine="zarrmax", chunks={})
     assert ds.t2m.chunks == ((8, 8, 8), (19,), (18,))  # the shard (8, 20, 18) clipped to the array
     assert ds.t2m.encoding["preferred_chunks"] == {"time": 8, "latitude": 20, "longitude": 18}
     assert ds.t2m.encoding["chunks"] == (4, 10, 9)
@@ -117,6 +119,38 @@ def test_dask_chunk_is_one_shard(tmp_path):
     # one task per shard: the dask graph of a variable holds exactly one getter per shard
     graph = dict(ds.t2m.data.__dask_graph__())
     assert sum(1 for k in graph if isinstance(k, tuple) and k[0] == ds.t2m.data.name) == 3
+
+
+def _unsharded_small_chunks(path):
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(100, 40), chunks=(10, 8), dtype="f8", dimension_names=["t", "x"])
+    arr[...] = np.arange(4000.0).reshape(100, 40)
+    return str(path)
+
+
+def test_small_stored_objects_are_grouped_into_dask_tasks(tmp_path):
+    import warnings
+
+    path = _unsharded_small_chunks(tmp_path / "small.zarr")
+    # 640-byte chunks, about 6400 bytes a task: x spans the array first (5 chunks, 3200 bytes), then t doubles
+    # (6400 // 3200): 5 tasks of whole chunks where engine="zarr" makes 50
+    with set_config(task_bytes=6400):
+        ds = xr.open_dataset(path, engine="zarrmax", chunks={}, consolidated=False)
+    theirs = xr.open_dataset(path, engine="zarr", chunks={}, consolidated=False)
+    assert ds.v.encoding["preferred_chunks"] == {"t": 20, "x": 40}
+    assert ds.v.encoding["chunks"] == (10, 8)  # the stored chunks, as engine="zarr" reports them
+    assert ds.v.chunks == ((20,) * 5, (40,)) and theirs.v.data.npartitions == 50
+    xr.testing.assert_identical(ds.compute(), theirs.compute())
+    with set_config(task_bytes=6400), warnings.catch_warnings():
+        warnings.simplefilter("error")  # user chunks of whole groups: no alignment warning
+        xr.open_dataset(path, engine="zarrmax", chunks={"t": 40}, consolidated=False)
+    # xarray checks user chunks against preferred_chunks alone, so chunks that split a group (though not a
+    # stored chunk) get its warning; task_bytes=0 (one task per stored object) is the way to avoid it
+    with set_config(task_bytes=6400), pytest.warns(UserWarning, match="separate the stored chunks"):
+        xr.open_dataset(path, engine="zarrmax", chunks={"t": 10}, consolidated=False)
+    with set_config(task_bytes=0), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert xr.open_dataset(path, engine="zarrmax", chunks={"t": 10}, consolidated=False).v.data.npartitions == 50
 
 
 def test_group_drop_variables_and_without_dask(tmp_path):

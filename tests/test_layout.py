@@ -191,3 +191,23 @@ def test_decode_batches_split_work_evenly_in_order():
     assert _batches(work[:3], 8) == [[0], [1], [2]]  # never an empty batch while work remains
     assert _batches([], 4) == [[]]
     assert sum(_batches(work, 3), []) == work
+
+
+def test_task_chunks_group_small_objects_innermost_dimension_first():
+    from xarray_zarrmax.layout import task_chunks
+
+    mib = 2**20
+    # 1-D: 0.8 MB chunks of int64 grouped to about 32 MiB (41 chunks), never past the array
+    assert task_chunks((67_108_864,), (100_000,), 8, 32 * mib) == (4_100_000,)
+    assert task_chunks((250_000,), (100_000,), 8, 32 * mib) == (250_000,)
+    # an object of at least half the target stays one task; 0 turns grouping off
+    assert task_chunks((10**8,), (2_097_152,), 8, 32 * mib) == (2_097_152,)
+    assert task_chunks((10**8,), (100_000,), 8, 0) == (100_000,)
+    # 3-D: lon spans the array first, then lat, then time; an inner dimension not spanned stops the growth
+    assert task_chunks((1000, 721, 1440), (1, 721, 1440), 4, 32 * mib) == (8, 721, 1440)
+    assert task_chunks((1000, 720, 1440), (24, 90, 90), 4, 32 * mib) == (24, 180, 1440)
+    assert task_chunks((1000, 720, 1440), (24, 90, 90), 4, 4 * mib) == (24, 90, 450)
+    # rectilinear (irregular) dimensions are left as stored
+    assert task_chunks((10, 10), ((3, 3, 4), 5), 8, 32 * mib) == ((3, 3, 4), 5)
+    # empty arrays: nothing to group
+    assert task_chunks((0, 10), (5, 5), 8, 32 * mib) == (5, 5)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ._redact import redact, secrets_in
+from .config import get_config
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -75,7 +76,8 @@ def bench(args: argparse.Namespace) -> int:
     arrays = [ds[n].data for n in names]
     nbytes = sum(a.nbytes for a in arrays)
     print(f"reading {len(names)} variable(s), {nbytes / 1e9:.3f} GB, "
-          f"{sum(a.npartitions for a in arrays)} tasks (one per shard) on {args.workers} threads")
+          f"{sum(a.npartitions for a in arrays)} tasks (whole stored objects, grouped up to "
+          f"{get_config().task_bytes / 2**20:g} MiB a task) on {args.workers} threads")
     start = time.perf_counter()
     with request_counts() as counts, dask.config.set(scheduler="threads", num_workers=args.workers), \
             ProgressBar(out=sys.stderr, dt=0.2):

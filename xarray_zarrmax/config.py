@@ -41,6 +41,10 @@ class Config:
     inflight_bytes
         Most decoded bytes one read keeps fetched but not yet decoded (sizes estimated from the layout): what
         a read holds beyond its output is bounded by this, not by the number of objects it reads.
+    task_bytes
+        With dask (``chunks={}``), stored objects (unsharded chunks, or shards) smaller than half this are read
+        in groups of about this many decoded bytes, one dask task a group (``encoding["preferred_chunks"]``);
+        0 keeps one task per stored object, as engine="zarr" does.
     max_objects
         Most stored objects (shards, or chunks when unsharded) one array may declare; more is refused at open,
         since no scheduler can plan that many tasks.
@@ -54,6 +58,7 @@ class Config:
     retries: int = 3
     inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
+    task_bytes: int = 32 * 2**20
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "threads", "split_size", "max_objects", "inflight_bytes"):
@@ -62,6 +67,8 @@ class Config:
                 raise ValueError(f"config {name} must be an integer >= 1. Got {value!r} instead.")
         if not isinstance(self.coalesce_gap, int) or self.coalesce_gap < 0:
             raise ValueError(f"config coalesce_gap must be an integer >= 0. Got {self.coalesce_gap!r} instead.")
+        if not isinstance(self.task_bytes, int) or self.task_bytes < 0:
+            raise ValueError(f"config task_bytes must be an integer >= 0. Got {self.task_bytes!r} instead.")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"config retries must be an integer >= 0. Got {self.retries!r} instead.")
         if not 0.0 <= float(self.full_shard_fraction) <= 1.0:

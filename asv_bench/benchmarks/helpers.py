@@ -212,6 +212,12 @@ def writing_minio(root: Path) -> Iterator[Any]:
 _THROUGHPUT = Path(__file__).resolve().parent.parent / "throughput.py"
 
 
+def peers() -> Any:
+    """``asv_bench/peers.py`` (every stack's full read, the raw and decode ceilings), as throughput.py loads it."""
+    throughput()
+    return sys.modules["peers"]
+
+
 def throughput() -> Any:
     """``asv_bench/throughput.py`` as a module (its ``Layout``, ``layouts``, ``write``, ``ceiling_*``)."""
     name = "zarrmax_asv_throughput"
@@ -292,12 +298,12 @@ class ReadTarget:
         import zarr
 
         from xarray_zarrmax import get_config
+        from xarray_zarrmax.testing import ACCESS_KEY, SECRET_KEY
 
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}. Got {engine!r} instead.")
         if cache.get("mib") != MIB:
             raise RuntimeError(f"setup_cache wrote {cache.get('mib')} MiB arrays, this process expects {MIB}")
-        tp = throughput()
         self.engine = engine
         self.layout = layouts()[layout]
         key = layout_key(layout)
@@ -306,7 +312,7 @@ class ReadTarget:
         if store == "local":
             path = Path(cache["local"]) / key
             self.target: Callable[[], Any] = lambda: str(path)
-            self.ceiling: Callable[[], int] = lambda: tp.ceiling_local(path, WORKERS)
+            self.where = peers().Where(path=str(path))
         elif store == "minio":
             if cache["minio"] is None:
                 skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
@@ -316,9 +322,12 @@ class ReadTarget:
             else:
                 self.target = lambda: f"s3://{BUCKET}/{key}"
                 self.kwargs = {"storage_options": server.storage_options()}
-            self.ceiling = lambda: tp.ceiling_s3(server.obstore(BUCKET, key), get_config().concurrency)
+            self.where = peers().Where(bucket=BUCKET, prefix=key, endpoint=server.endpoint, key_id=ACCESS_KEY,
+                                       secret=SECRET_KEY)
         else:
             raise ValueError(f"store must be 'local' or 'minio'. Got {store!r} instead.")
+        keys = peers().stored_keys(self.where)
+        self.ceiling: Callable[[], int] = lambda: peers().raw_read(self.where, keys, get_config().concurrency)
 
     @property
     def nbytes(self) -> int:

@@ -93,6 +93,43 @@ class ReadDistributed:
         assert out.nbytes == self.target.nbytes
 
 
+class ReadPeers:
+    """The same full read by every peer (zarr-python tuned, with the zarrs pipeline, with its FusedCodecPipeline;
+    TensorStore), by zarrmax with dask reduced block by block, and the decode ceiling: ``asv_bench/peers.py``,
+    the readers of ``asv_bench/throughput.py``. A peer that is not installed is skipped (``.[bench]``)."""
+
+    params = [["zarr_tuned", "zarrs", "zarr_fused", "tensorstore", "zarrmax_dask_blocks", "decode_ceiling"],
+              LAYOUTS, ["local", "minio"]]
+    param_names = ["stack", "layout", "store"]
+    timeout = 300
+    repeat = (2, 5, 10.0)
+    number = 1
+    setup_cache = helpers.write_read_data
+
+    def setup(self, cache: dict[str, Any], stack: str, layout: str, store: str) -> None:
+        peers = helpers.peers()
+        where = ReadTarget(cache, "zarrmax", layout, store).where
+        if stack == "decode_ceiling":
+            import numcodecs
+
+            inp, zstd = peers.decode_input(where), numcodecs.Zstd()
+            self.run = lambda: peers.decode_all(inp, lambda raw, out: zstd.decode(raw, out=out))
+            return
+        readers = {"zarr_tuned": lambda: peers.read_zarr_python(where),
+                   "zarrs": lambda: peers.read_zarr_python(where, "zarrs"),
+                   "zarr_fused": lambda: peers.read_zarr_python(where, "fused"),
+                   "tensorstore": lambda: peers.read_tensorstore(where),
+                   "zarrmax_dask_blocks": lambda: peers.read_xarray(where, "zarrmax", use_dask=True)}
+        self.run = readers[stack]
+        try:
+            self.run()
+        except peers.Missing as why:
+            helpers.skip(str(why), service=False)
+
+    def time_read(self, cache: dict[str, Any], stack: str, layout: str, store: str) -> None:
+        self.run()
+
+
 class ReadPeakMemory:
     """Peak resident memory of a fresh process that reads the whole array once (local directory), minus its
     resident memory before the read (interpreter, imports): what the read itself costs, where ``peakmem_read``

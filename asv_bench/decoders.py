@@ -1,0 +1,194 @@
+"""Decode speed of every zstd (and blosc) decoder installed, per core and on all cores, on the chunks of the
+throughput benchmark's layouts: the decode ceiling per codec.
+
+    .venv/bin/python asv_bench/decoders.py [--mib 64] [--repeat 5] [--json out.json]
+
+Each chunk is compressed once as zarr writes it (zstd level 1; blosc: zstd level 1 with byte shuffle), then
+every decoder decodes all chunks: on one thread (GB/s per core), and on a thread per core into one
+preallocated output (does it release the GIL?). "into": decodes straight into the caller's buffer; otherwise
+the decoded bytes are a new object, copied into the output (counted in the time, as a reader must).
+Values are checked against the data. Medians of ``--repeat``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from throughput import Layout  # noqa: E402
+
+CORES = os.cpu_count() or 1
+Decoder = Callable[[bytes, np.ndarray], None]
+
+
+def _copy_into(decoded: Any, out: np.ndarray) -> None:
+    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(decoded, dtype=np.uint8)
+
+
+def zstd_decoders() -> dict[str, tuple[Decoder, bool]]:
+    """name -> (decode raw into out, decodes into the buffer itself)."""
+    found: dict[str, tuple[Decoder, bool]] = {}
+    import numcodecs
+
+    codec = numcodecs.Zstd()
+    found["numcodecs.Zstd"] = (lambda raw, out: codec.decode(raw, out=out), True)
+    try:
+        import zstandard
+
+        local = threading.local()  # a decompression context is not thread-safe: one per thread
+
+        def dctx() -> Any:
+            if not hasattr(local, "dctx"):
+                local.dctx = zstandard.ZstdDecompressor()
+            return local.dctx
+
+        found["zstandard"] = (lambda raw, out: _copy_into(dctx().decompress(raw), out), False)
+
+        def zstandard_into(raw: bytes, out: np.ndarray) -> None:
+            with dctx().stream_reader(raw) as reader:
+                view = memoryview(out.reshape(-1)).cast("B")
+                done = 0
+                while done < len(view):
+                    n = reader.readinto(view[done:])
+                    if not n:
+                        raise ValueError("zstandard: frame shorter than the chunk")
+                    done += n
+
+        found["zstandard stream_reader.readinto"] = (zstandard_into, True)
+    except ImportError:
+        pass
+    try:
+        import pyzstd
+
+        found["pyzstd"] = (lambda raw, out: _copy_into(pyzstd.decompress(raw), out), False)
+    except ImportError:
+        pass
+    try:
+        import cramjam
+
+        found["cramjam.zstd"] = (lambda raw, out: _copy_into(cramjam.zstd.decompress(raw), out), False)
+        found["cramjam.zstd.decompress_into"] = (
+            lambda raw, out: cramjam.zstd.decompress_into(raw, memoryview(out.reshape(-1)).cast("B")), True)
+    except ImportError:
+        pass
+    return found
+
+
+def blosc_decoders() -> dict[str, tuple[Decoder, bool]]:
+    found: dict[str, tuple[Decoder, bool]] = {}
+    import numcodecs
+
+    codec = numcodecs.Blosc(cname="zstd", clevel=1, shuffle=numcodecs.Blosc.SHUFFLE)
+    found["numcodecs.Blosc"] = (lambda raw, out: codec.decode(raw, out=out), True)
+    try:
+        import blosc2
+
+        found["blosc2"] = (lambda raw, out: blosc2.decompress(raw, dst=memoryview(out.reshape(-1)).cast("B")),
+                           True)
+    except ImportError:
+        pass
+    return found
+
+
+def chunks_of(layout: Layout, mib: int) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """The layout's data cut to about ``mib`` MiB, and the regions of its (inner) chunks."""
+    import itertools
+
+    data = layout.data()
+    chunk = layout.chunks
+    keep = max(1, (mib * 2**20) // (int(np.prod(chunk)) * data.itemsize))
+    grid = [n // c for n, c in zip(data.shape, chunk, strict=True)]
+    starts = list(itertools.product(*(range(g) for g in grid)))[:keep]
+    return data, starts
+
+
+def run_layout(layout: Layout, mib: int, repeat: int) -> list[dict[str, Any]]:
+    import numcodecs
+
+    data, starts = chunks_of(layout, mib)
+    c = layout.chunks
+    pieces = [np.ascontiguousarray(data[tuple(slice(s * k, (s + 1) * k) for s, k in zip(st, c, strict=True))])
+              for st in starts]
+    nbytes = sum(p.nbytes for p in pieces)
+    rows = []
+    for family, decoders, encoder in (
+        ("zstd", zstd_decoders(), numcodecs.Zstd(level=1)),
+        ("blosc", blosc_decoders(), numcodecs.Blosc(cname="zstd", clevel=1, shuffle=numcodecs.Blosc.SHUFFLE)),
+    ):
+        encoded = [bytes(encoder.encode(p)) for p in pieces]
+        ratio = nbytes / sum(len(e) for e in encoded)
+        for name, (decode, into) in decoders.items():
+            outs = [np.empty_like(p) for p in pieces]
+
+            def serial() -> None:
+                for raw, out in zip(encoded, outs, strict=True):
+                    decode(raw, out)
+
+            def parallel() -> None:
+                with ThreadPoolExecutor(CORES) as ex:
+                    list(ex.map(decode, encoded, outs))
+
+            serial()
+            if not all(np.array_equal(o, p) for o, p in zip(outs, pieces, strict=True)):
+                raise AssertionError(f"{name} decoded wrong values on {layout.name}")
+            t1 = _median(serial, repeat)
+            tn = _median(parallel, repeat)
+            rows.append({"layout": layout.name, "codec": family, "decoder": name, "into": into,
+                         "ratio": ratio, "chunk_bytes": pieces[0].nbytes, "nbytes": nbytes,
+                         "one_thread_gbps": nbytes / t1 / 1e9, "all_cores_gbps": nbytes / tn / 1e9,
+                         "scaling": t1 / tn})
+            print(_row(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def _median(fn: Callable[[], None], repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _row(r: dict[str, Any]) -> str:
+    return (f"| {r['layout']} | {r['codec']} ({r['ratio']:.2f}x) | {r['decoder']} | {'yes' if r['into'] else 'no'} "
+            f"| {r['one_thread_gbps']:.2f} | {r['all_cores_gbps']:.2f} | {r['scaling']:.2f}x |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from throughput import layouts
+
+    parser = argparse.ArgumentParser(description="decode ceiling per decoder")
+    parser.add_argument("--mib", type=int, default=64, help="decoded bytes per layout (MiB)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    chosen = [lay for lay in layouts(512) if lay.shards is not None or lay.chunks == (375_000,)]
+    rows = [r for lay in chosen for r in run_layout(lay, args.mib, args.repeat)]
+    print(f"\nDecode of {args.mib} MiB of each layout's chunks, median of {args.repeat}; GB/s of decoded output; "
+          f"{CORES} cores. \"into\": decodes into the caller's buffer (else a new object, then copied: counted).\n")
+    print("| layout (chunk) | codec (compression ratio) | decoder | into | 1 thread GB/s | all cores GB/s "
+          "| all cores / 1 thread |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(_row(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "cores": CORES, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
