@@ -158,9 +158,10 @@ def task_chunks(shape: Sequence[int], outer: Sequence[int | tuple[int, ...]], it
     Every task then costs one scheduler hop for many objects: per-task overhead (about 1 ms of CPU in dask
     and xarray) is noise next to tens of MB of reading. Irregular (rectilinear) grids are left as stored.
     """
-    if target_bytes <= 0 or not all(isinstance(c, int) for c in outer):
+    regular = [c for c in outer if isinstance(c, int)]
+    if target_bytes <= 0 or len(regular) != len(outer):
         return tuple(outer)
-    edges = [min(int(c), int(n)) for c, n in zip(outer, shape, strict=True)]  # type: ignore[call-overload]
+    edges = [min(c, int(n)) for c, n in zip(regular, shape, strict=True)]
     nbytes = itemsize * math.prod(edges)
     if nbytes == 0 or 2 * nbytes >= target_bytes:
         return tuple(outer)
