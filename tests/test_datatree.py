@@ -17,7 +17,7 @@ import zarr
 
 from tests.test_backend import assert_same_dataset
 from tests.test_metadata_errors import builtin_types
-from xarray_zarrmax import request_counts
+from xarray_zarrmax import request_counts, set_config
 from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
 from xarray_zarrmax.errors import GroupNotFoundError, MetadataError
 from xarray_zarrmax.stores import ByteSource, ZarrStoreSource
@@ -94,11 +94,16 @@ def test_tree_identical_to_engine_zarr(store_factory, zarr_format, consolidated)
     written = store_factory.new()
     write_tree(written.store, zarr_format, consolidated)
     written.finish()
-    ours = open_tree(written.target, "zarrmax", chunks={}, **written.open_kwargs)
+    with set_config(task_bytes=0):  # one dask task per stored object, as engine="zarr"
+        ours = open_tree(written.target, "zarrmax", chunks={}, **written.open_kwargs)
     oracle = open_tree(written.oracle_store, "zarr", chunks={})
     assert_same_tree(ours, oracle)
     if zarr_format == 3:
         assert ours["forecast"].t2m.chunks == ((4, 2), (8,))  # one dask chunk per shard
+    grouped = open_tree(written.target, "zarrmax", chunks={}, **written.open_kwargs)  # small objects grouped
+    assert_same_tree(grouped, oracle)
+    if zarr_format == 3:
+        assert grouped["forecast"].t2m.chunks == ((6,), (8,))
     assert ours.time.dtype == np.dtype("datetime64[ns]")
     assert ours["forecast"].step.dtype.kind == "m"  # decoded, in whatever unit engine="zarr" decodes it
     assert "time" in ours["forecast/ensemble"].coords  # inherited from the root

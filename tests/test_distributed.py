@@ -53,7 +53,8 @@ def icechunk_dataset(tmp_path_factory):
 @pytest.mark.s3
 def test_s3_on_local_cluster_matches_engine_zarr(client, s3_dataset, minio, bucket):
     target, kw, data = s3_dataset
-    ds = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)
+    with xarray_zarrmax.set_config(task_bytes=0):  # one task per shard, not groups of these small shards
+        ds = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)
     oracle = xr.open_dataset(zarr.storage.ObjectStore(minio.obstore(bucket, "dist.zarr")), engine="zarr",
                              consolidated=False)
     assert ds["v"].chunks == ((12, 12, 12, 12), (32,), (40,))  # every task is exactly one shard
@@ -78,7 +79,8 @@ def test_graph_is_one_small_task_per_shard_without_secrets(s3_dataset):
     from xarray_zarrmax.testing import SECRET_KEY
 
     target, kw, _ = s3_dataset
-    ds = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)
+    with xarray_zarrmax.set_config(task_bytes=0):  # one task per shard, not groups of these small shards
+        ds = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)
     sel = ds["v"].isel(time=slice(0, 24))  # the first two shards
     graph = dict(sel.data.__dask_graph__())
     getters = [k for k in graph if isinstance(k, tuple) and "open_dataset" in k[0]]

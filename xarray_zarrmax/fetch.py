@@ -279,6 +279,31 @@ def _fetch_local(plan: ArrayPlan, source: ByteSource, reads: list[ObjectRead], t
     return [w for r in reads for w in _drive(_fetch_object(plan, source, r, token))]
 
 
+def _read_local_direct(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read: ObjectRead) -> bool:
+    """One memory pass for an uncompressed, unsharded chunk that lands whole in one contiguous block of the
+    output: the file is read straight into the output, with no buffer between. False: the read does not
+    qualify (a codec, a shard, a partial chunk, a strided target), and nothing was done."""
+    codec = plan.codec
+    read_into = getattr(source, "read_into", None)
+    if read_into is None or plan.shard is not None or codec.bytes_codecs or not codec.direct:
+        return False
+    coords, pieces = read
+    piece = pieces[0] if len(pieces) == 1 else None
+    if not isinstance(piece, Piece) or not piece.covers_chunk:
+        return False
+    target = out[(*piece.out_region, Ellipsis)]  # type: ignore[arg-type]  # Ellipsis: a view even when 0-d
+    if target.shape != codec.chunk_shape or not target.flags.c_contiguous:
+        return False
+    key = plan.keys.key(coords)
+    try:
+        found = read_into(key, target.reshape(-1).view(np.uint8))
+    except CorruptDataError as err:
+        raise CorruptDataError(f"array {plan.name!r}, {err}") from None
+    if not found:
+        target[...] = plan.fill_value
+    return True
+
+
 def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list[ObjectRead], token: str) -> None:
     parallel = get_config().threads > 1
     if not source.is_local:
@@ -286,10 +311,14 @@ def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list
     elif len(reads) > 1 and parallel:
         # Many objects (a read without dask, or across shards): read and decode each on the pool.
         def read_one(read: ObjectRead) -> None:
+            if _read_local_direct(plan, source, out, read):
+                return
             for w in _fetch_local(plan, source, [read], token):
                 _place(plan, out, w)
 
         list(decode_pool().map(read_one, reads))  # list() re-raises the first error
+    elif len(reads) == 1 and _read_local_direct(plan, source, out, reads[0]):
+        pass
     else:
         # One object (the dask task's shard): read it here, decode its chunks in parallel.
         work = _fetch_local(plan, source, reads, token)

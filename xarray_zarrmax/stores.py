@@ -228,6 +228,17 @@ def _file_fetched(data: np.ndarray, st: os.stat_result) -> Fetched:
     return Fetched(data, st.st_size, _file_version(st), settled)
 
 
+def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
+    """Raise `ObjectChanged` if the file was modified in place while it was read: a writer that truncates and
+    rewrites a file can leave a reader with bytes from two versions (or zeros) and no short read to show it."""
+    if _file_version(os.fstat(fd)) != _file_version(before):
+        raise ObjectChanged(key)
+
+
+#: Whole reads of a local file modified in place while being read, before giving up.
+_LOCAL_ATTEMPTS = 3
+
+
 class LocalSource(ByteSource):
     """A directory on a local file system: positional reads into preallocated buffers, no event loop.
 
@@ -264,10 +275,40 @@ class LocalSource(ByteSource):
                 check_size(self, key, st.st_size, max_size)
             out = np.empty(st.st_size, dtype=np.uint8)
             done = _pread_into(fd, out, 0)
+            accounting.record(self.label, "get", key, done)
+            _check_unchanged(fd, st, key)
         finally:
             os.close(fd)
-        accounting.record(self.label, "get", key, done)
         return _file_fetched(out[:done], st)
+
+    def read_into(self, key: str, out: np.ndarray) -> bool:
+        """Fill ``out`` (bytes) with the whole object, read straight into it: False if there is no object.
+
+        The object must be exactly ``out.nbytes`` long. A file truncated or replaced while it is read gives a
+        short read (an error), or the complete bytes of the file that was opened: never part of two files.
+        """
+        for _ in range(_LOCAL_ATTEMPTS):
+            fd = self._open(key)
+            if fd is None:
+                return False
+            try:
+                st = os.fstat(fd)
+                if st.st_size != out.nbytes:
+                    raise CorruptDataError(f"key {key!r} on {self.label}: the object holds {st.st_size} bytes, "
+                                           f"expected {out.nbytes} (an uncompressed chunk)")
+                done = _pread_into(fd, out, 0)
+                accounting.record(self.label, "get", key, done)
+                if done != out.nbytes:
+                    raise CorruptDataError(f"key {key!r} on {self.label}: read {done} of {out.nbytes} bytes; the "
+                                           "file was truncated while it was read")
+                _check_unchanged(fd, st, key)
+                return True
+            except ObjectChanged:
+                continue  # modified in place while read: read it again
+            finally:
+                os.close(fd)
+        raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
+                               "read: a writer is rewriting it in place; read again once it is done")
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                     version: Hashable | None = None) -> list[np.ndarray] | None:
@@ -278,13 +319,15 @@ class LocalSource(ByteSource):
             return None
         out = []
         try:
-            if version is not None and _file_version(os.fstat(fd)) != version:
+            st = os.fstat(fd)
+            if version is not None and _file_version(st) != version:
                 raise ObjectChanged(key)
             for start, stop in ranges:
                 buf = np.empty(max(stop - start, 0), dtype=np.uint8)
                 n = _pread_into(fd, buf, start)
                 accounting.record(self.label, "get", key, n)
                 out.append(buf[:n])
+            _check_unchanged(fd, st, key)
         finally:
             os.close(fd)
         return out
@@ -299,14 +342,21 @@ class LocalSource(ByteSource):
             start = max(st.st_size - nbytes, 0) if suffix else 0
             buf = np.empty(min(nbytes, st.st_size), dtype=np.uint8)
             n = _pread_into(fd, buf, start)
+            accounting.record(self.label, "get", key, n)
+            _check_unchanged(fd, st, key)
         finally:
             os.close(fd)
-        accounting.record(self.label, "get", key, n)
         return _file_fetched(buf[:n], st)
 
     async def get(self, key: str) -> Buffer | None:
-        got = self.read(key)
-        return None if got is None else got.data
+        for _ in range(_LOCAL_ATTEMPTS):
+            try:
+                got = self.read(key)
+            except ObjectChanged:
+                continue  # modified in place while read (metadata has no caller that retries): read it again
+            return None if got is None else got.data
+        raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
+                               "read: a writer is rewriting it in place; read again once it is done")
 
     async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         return self.read(key, max_size)

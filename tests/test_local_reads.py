@@ -1,0 +1,121 @@
+"""Local reads of whole objects: uncompressed chunks read straight into the output (one memory pass), and
+what every local read does when a file is truncated or replaced while it is being read: an error or the
+right answer, never a crash (no memory mapping: a truncated mapping would kill the process with SIGBUS)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.codecs import ZstdCodec
+
+import xarray_zarrmax
+from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
+
+N, CHUNK = 4_000_000, 1_000_000  # 8 MB chunks of int64: a read takes long enough to race with a writer
+
+
+def _write(path: Path, compressed: bool) -> np.ndarray:
+    values = np.arange(N, dtype="i8")
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(N,), chunks=(CHUNK,), dtype="i8", dimension_names=["x"],
+                             compressors=[ZstdCodec(level=1)] if compressed else None)
+    arr[:] = values
+    return values
+
+
+def _open(path: Path) -> xr.Dataset:
+    return xr.open_dataset(path, engine="zarrmax", consolidated=False)
+
+
+@pytest.mark.parametrize("dask", [False, True])
+def test_uncompressed_chunks_are_read_straight_into_the_output(tmp_path, monkeypatch, dask):
+    values = _write(tmp_path / "u.zarr", compressed=False)
+    os.remove(tmp_path / "u.zarr" / "v" / "c" / "2")  # a missing chunk reads as the fill value
+    values[2 * CHUNK:3 * CHUNK] = 0
+    calls = []
+    real = xarray_zarrmax.stores.LocalSource.read_into
+    monkeypatch.setattr(xarray_zarrmax.stores.LocalSource, "read_into",
+                        lambda self, key, out: calls.append(key) or real(self, key, out))
+    ds = xr.open_dataset(tmp_path / "u.zarr", engine="zarrmax", consolidated=False, chunks={} if dask else None)
+    with request_counts() as counts:
+        got = ds.v.values
+    np.testing.assert_array_equal(got, values)
+    np.testing.assert_array_equal(got, xr.open_dataset(tmp_path / "u.zarr", engine="zarr").v.values)
+    assert sorted(calls) == [f"v/c/{i}" for i in range(4)]  # every chunk through the one-pass read
+    assert counts.total("get") == 3 and counts.total("bytes") == 3 * CHUNK * 8  # each present chunk, once
+
+
+def test_partial_chunk_reads_keep_the_buffered_path(tmp_path, monkeypatch):
+    values = _write(tmp_path / "u.zarr", compressed=False)
+    monkeypatch.setattr(xarray_zarrmax.stores.LocalSource, "read_into",
+                        lambda *a: pytest.fail("a partial chunk must not be read into the output whole"))
+    np.testing.assert_array_equal(_open(tmp_path / "u.zarr").v[10:CHUNK + 20].values, values[10:CHUNK + 20])
+
+
+def test_uncompressed_chunk_of_the_wrong_size_is_an_error(tmp_path):
+    _write(tmp_path / "u.zarr", compressed=False)
+    with open(tmp_path / "u.zarr" / "v" / "c" / "1", "r+b") as f:
+        f.truncate(CHUNK * 8 - 3)
+    with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/1' on file://.*holds 7999997 bytes, "
+                                               r"expected 8000000"):
+        _open(tmp_path / "u.zarr").v.values
+
+
+def test_truncated_while_read_into_the_output_is_an_error(tmp_path, monkeypatch):
+    _write(tmp_path / "u.zarr", compressed=False)
+    chunk_file = tmp_path / "u.zarr" / "v" / "c" / "0"
+    real = xarray_zarrmax.stores._pread_into
+
+    def truncate_then_read(fd: int, buf: np.ndarray, offset: int) -> int:
+        if os.fstat(fd).st_ino == chunk_file.stat().st_ino:  # the chunk, after its size was checked
+            os.truncate(chunk_file, CHUNK)
+        return real(fd, buf, offset)
+
+    monkeypatch.setattr(xarray_zarrmax.stores, "_pread_into", truncate_then_read)
+    with pytest.raises(CorruptDataError, match=r"key 'v/c/0' .* read 1000000 of 8000000 bytes; the file was "
+                                               r"truncated while it was read"):
+        _open(tmp_path / "u.zarr").v[:CHUNK].values
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_files_truncated_and_replaced_during_reads_give_errors_or_right_answers(tmp_path, compressed):
+    values = _write(tmp_path / "r.zarr", compressed)
+    chunk_file = tmp_path / "r.zarr" / "v" / "c" / "1"
+    original = chunk_file.read_bytes()
+    replacement = tmp_path / "replacement"
+    stop = threading.Event()
+
+    def writer() -> None:  # in place: truncate, then restore; and atomically: replace with the same bytes
+        while not stop.is_set():
+            with open(chunk_file, "r+b") as f:
+                f.truncate(len(original) // 3)
+                time.sleep(0.001)
+                f.seek(0)
+                f.write(original)
+            replacement.write_bytes(original)
+            os.replace(replacement, chunk_file)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    outcomes = {"right": 0, "error": 0}
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                got = _open(tmp_path / "r.zarr").v[CHUNK:2 * CHUNK].values
+            except (CorruptDataError, StoreAccessError):  # truncated, or rewritten 3 times while read
+                outcomes["error"] += 1
+                continue
+            np.testing.assert_array_equal(got, values[CHUNK:2 * CHUNK])  # never part of a truncated file
+            outcomes["right"] += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert outcomes["right"] + outcomes["error"] > 5, outcomes
