@@ -1,0 +1,278 @@
+"""``to_zarr``: write a Dataset as Zarr v3, one dask task and one PUT per shard, safe under concurrent writers.
+
+Three steps:
+
+1. Metadata is decided by xarray and zarr-python themselves (`xarray_zarrmax._staging`): xarray's own Zarr
+   writer runs against a store that reads the target and keeps every change in memory, with a writer that
+   records what data goes where instead of writing it. So CF encoding, fill values, attributes, dimension
+   names, region checks and appends mean exactly what they mean in ``Dataset.to_zarr``.
+2. Every changed metadata document (the group's and each array's ``zarr.json``, consolidated metadata) is
+   sent in one concurrent batch.
+3. Data: one dask task per shard (a chunk when unsharded), or per dask chunk where a chunk spans several
+   shards. A task encodes its shards with zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends
+   each in one PUT. A shard only partly covered (a region's or an append's edge) is read, merged and written
+   back conditionally (`xarray_zarrmax.sinks`), so concurrent writers of one shard never lose data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ._loop import run_sync
+from .sinks import Sink, resolve_sink
+from .write_codec import ObjectCodec
+from .write_plan import aligned_chunks, check_aligned, objects_for_block
+
+if TYPE_CHECKING:
+    from ._staging import StagingStore  # imports zarr: only when writing
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayWrite:
+    """One variable's data, where it goes, and how its objects are encoded."""
+
+    path: str  # the array's path in the store
+    codec: ObjectCodec
+    data: Any  # numpy or dask, already CF-encoded by xarray
+    start: tuple[int, ...]  # where ``data`` goes in the array
+    fresh: bool  # the array did not exist before this call: no stored object to delete or merge with
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codec.metadata.shape)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        names = self.codec.metadata.dimension_names
+        return tuple(str(n) for n in names) if names else tuple(f"dim_{i}" for i in range(len(self.shape)))
+
+    @property
+    def kind(self) -> str:
+        return "shard" if self.codec.metadata.sharding_codec is not None else "chunk"
+
+    def key(self, coords: tuple[int, ...]) -> str:
+        chunk_key = self.codec.metadata.encode_chunk_key(coords)
+        return f"{self.path}/{chunk_key}" if self.path else chunk_key
+
+
+class _Recorder:
+    """Stands in for xarray's ArrayWriter: records each variable's data and target instead of writing."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Any, Any, tuple[slice, ...]]] = []
+
+    def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
+        self.writes.append((source, target, tuple(region) if region else ()))
+
+
+WriteMode = Literal["w", "w-", "a", "a-", "r+"]
+
+
+def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str | None,
+           encoding: Mapping[str, Any] | None, consolidated: bool | None, region: Any, append_dim: Hashable | None,
+           write_empty_chunks: bool) -> _Recorder:
+    """Run xarray's own Zarr writer against ``staging``: its metadata lands there, its data in the recorder."""
+    from xarray.backends.writers import _validate_dataset_names, dump_to_store, get_writable_zarr_store
+
+    _validate_dataset_names(ds)
+    for v in ds.variables.values():
+        if v.size == 0:
+            v.load()  # as Dataset.to_zarr: dask cannot store zero-length arrays
+    zstore = get_writable_zarr_store(
+        staging, mode=mode, group=group, consolidated=consolidated, append_dim=append_dim, region=region,
+        safe_chunks=False,  # our own check below: partial shards are safe here, split shards are not
+        zarr_format=3, write_empty_chunks=write_empty_chunks,
+    )
+    ds = zstore._validate_and_autodetect_region(ds)
+    zstore._validate_encoding(encoding or {})
+    recorder = _Recorder()
+    dump_to_store(ds, zstore, recorder, encoding=dict(encoding or {}))
+    return recorder
+
+
+def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks: bool) -> list[ArrayWrite]:
+    out = []
+    for source, target, region in recorder.writes:
+        metadata = target.metadata
+        if metadata.zarr_format != 3:
+            raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
+        shape = tuple(metadata.shape)
+        start = tuple(r.indices(n)[0] for r, n in zip(region, shape, strict=True)) if region else (0,) * len(shape)
+        fresh = not run_sync(_existed(staging, target.path))
+        out.append(ArrayWrite(target.path, ObjectCodec(metadata, write_empty_chunks), source, start, fresh))
+    return out
+
+
+async def _existed(staging: StagingStore, path: str) -> bool:
+    """Whether the array was in the target before this call (and was not deleted by it)."""
+    key = f"{path}/zarr.json" if path else "zarr.json"
+    if staging.base is None or staging._hidden(key):
+        return False
+    return bool(await staging.base.exists(key))
+
+
+def _commit_metadata(sink: Sink, staging: StagingStore) -> None:
+    """Deletions first (mode "w"), then every changed metadata document in one concurrent batch."""
+    for prefix in staging.deleted_prefixes:
+        sink.delete_prefix(prefix)
+    written = staging.written
+    for key in sorted(staging.deleted_keys - set(written)):
+        sink.delete(key)
+    sink.put_many(written)
+
+
+# -- data ----------------------------------------------------------------------------------------------------
+
+
+def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
+    """The data as a dask array whose chunks each cover whole objects (but at the written range's edges)."""
+    import dask.array as da
+    from dask.base import is_dask_collection
+
+    object_shape = write.codec.object_shape
+    data = write.data
+    if not is_dask_collection(data):
+        values = np.asarray(data)
+        chunks = tuple(aligned_chunks(a, n, s) for a, n, s in zip(write.start, values.shape, object_shape, strict=True))
+        return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{id(values):x}-{write.path}")
+    if align_chunks:
+        try:
+            check_aligned(write.path, write.dims, write.start, data.chunks, object_shape, write.kind)
+        except ValueError:
+            data = data.rechunk(tuple(aligned_chunks(a, n, s)
+                                      for a, n, s in zip(write.start, data.shape, object_shape, strict=True)))
+    check_aligned(write.path, write.dims, write.start, data.chunks, object_shape, write.kind)
+    return data
+
+
+def write_block(block: Any, write: ArrayWrite, sink: Sink, start: tuple[int, ...]) -> int:
+    """Write one dask block: every object it covers whole in one PUT each (concurrently), every object it
+    covers in part by a conditional read-merge-write. Returns the number of objects touched."""
+    values = np.asarray(block, dtype=write.codec.dtype)
+    codec = write.codec
+    puts: dict[str, bytes] = {}
+    deletes: list[str] = []
+    touched = 0
+    for part in objects_for_block(write.shape, codec.object_shape, start, values.shape):
+        touched += 1
+        key = write.key(part.coords)
+        try:
+            if part.whole:
+                encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+                if encoded is not None:
+                    puts[key] = encoded
+                elif not write.fresh:
+                    deletes.append(key)  # it may hold older data; a new array has nothing to delete
+            else:
+                sink.update(key, _merger(codec, values[part.in_block], part.in_object))
+        except Exception as err:
+            err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
+            raise
+    try:
+        sink.put_many(puts)
+        for key in deletes:
+            sink.delete(key)
+    except Exception as err:
+        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
+        raise
+    return touched
+
+
+def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice, ...],
+                 in_block: tuple[slice, ...]) -> np.ndarray:
+    """The object's full-shape array: the block's part, padded with the fill value beyond the array's edge."""
+    part = values[in_block]
+    if part.shape == codec.object_shape:
+        return part
+    out = codec.empty()
+    out[in_object] = part
+    return out
+
+
+def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...]) -> Any:
+    def merge(stored: Any) -> bytes | None:
+        values = codec.empty() if stored is None else codec.decode(stored)
+        values[in_object] = part
+        # An object that existed is replaced, even by fill values only: deleting it could not be made
+        # conditional, and a concurrent writer's data would be lost.
+        return codec.encode(values, keep_empty=stored is not None)
+
+    return merge
+
+
+def _block_tasks(write: ArrayWrite, sink: Sink, align_chunks: bool) -> list[Any]:
+    import dask
+
+    data = _as_dask(write, align_chunks)
+    offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) if c else np.zeros(1, int) for c in data.chunks]
+    blocks = data.to_delayed()
+    task = dask.delayed(write_block, pure=False)
+    out = []
+    for index in np.ndindex(blocks.shape):
+        start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
+        out.append(task(blocks[index], write, sink, start))
+    return out
+
+
+def _done(*counts: int) -> int:
+    return int(sum(counts))
+
+
+def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
+            group: str | None = None, encoding: Mapping[str, Any] | None = None, consolidated: bool | None = None,
+            region: Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None = None,
+            append_dim: Hashable | None = None, zarr_format: int = 3,
+            storage_options: dict[str, Any] | None = None, compute: bool = True, write_empty_chunks: bool = False,
+            align_chunks: bool = False) -> Any:
+    """Write ``ds`` to a Zarr v3 store: one dask task and one PUT per shard.
+
+    Arguments mean what they mean in ``xarray.Dataset.to_zarr``; what differs:
+
+    Parameters
+    ----------
+    ds
+        The Dataset.
+    store
+        A local path or ``file://`` URL, an ``s3://`` URL (with ``storage_options`` by obstore's or s3fs's
+        names), an obstore store, or zarr's ``ObjectStore`` / ``LocalStore``.
+    mode
+        As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
+    zarr_format
+        3 only.
+    compute
+        False: metadata is written now, data when the returned ``dask.delayed`` object is computed.
+    write_empty_chunks
+        False (as zarr-python's default): chunks (and shards) holding only the fill value are not stored.
+    align_chunks
+        Dask chunks must not split a shard (two tasks would write the same object): ValueError naming the
+        variable, dimension and sizes, unless this is True, which rechunks to one dask chunk per shard.
+        Shards only partly covered by the written range (edges of a region or an append) are fine either way:
+        they are read, merged and written back conditionally.
+
+    Returns
+    -------
+    None, or with ``compute=False`` a ``dask.delayed`` object that writes the data (and returns the number of
+    stored objects written).
+    """
+    if zarr_format != 3:
+        raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
+    import dask
+
+    from ._staging import StagingStore
+
+    sink = resolve_sink(store, storage_options)
+    staging = StagingStore(sink.source.zarr_store())  # type: ignore[attr-defined]
+    recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
+                      region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
+    writes = _array_writes(recorder, staging, write_empty_chunks)
+    tasks = [t for w in writes for t in _block_tasks(w, sink, align_chunks)]  # alignment errors before any write
+    _commit_metadata(sink, staging)
+    delayed = dask.delayed(_done, pure=False)(*tasks)
+    if not compute:
+        return delayed
+    delayed.compute()
+    return None
