@@ -8,7 +8,7 @@ store. Deletions are recorded, as keys and as whole prefixes, never sent.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
@@ -17,15 +17,22 @@ from zarr.storage import MemoryStore
 
 
 class StagingStore(Store):
-    """Changes in memory over a read-only ``base`` zarr Store (None: an empty target)."""
+    """Changes in memory over a read-only ``base`` zarr Store (None: an empty target).
+
+    ``scrub`` turns an error of the base into one safe to show (the base is a third party's store: its errors
+    may quote the endpoint URL with its password); ``label`` names the target in messages.
+    """
 
     supports_writes = True
     supports_deletes = True
     supports_listing = True
 
-    def __init__(self, base: Store | None) -> None:
+    def __init__(self, base: Store | None, label: str = "",
+                 scrub: Callable[[BaseException], BaseException] = lambda err: err) -> None:
         super().__init__(read_only=False)
         self.base = base
+        self.label = label
+        self.scrub = scrub
         self.memory = MemoryStore()
         self.deleted_keys: set[str] = set()
         self.deleted_prefixes: list[str] = []  # "" is the whole store
@@ -55,7 +62,16 @@ class StagingStore(Store):
             return await self.memory.get(key, prototype, byte_range)
         if self.base is None or self._hidden(key):
             return None
-        return await self.base.get(key, prototype, byte_range)
+        try:
+            return await self.base.get(key, prototype, byte_range)
+        except Exception as err:
+            failure = self._failure(err, "GET", key)
+        raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+    def _failure(self, err: BaseException, what: str, key: str) -> BaseException:
+        failure = self.scrub(err)
+        failure.add_note(f"{what} {key!r} on {self.label}, reading what the target holds before writing")
+        return failure
 
     async def get_partial_values(self, prototype: BufferPrototype,
                                  key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
@@ -64,7 +80,13 @@ class StagingStore(Store):
     async def exists(self, key: str) -> bool:
         if key in self.memory._store_dict:
             return True
-        return self.base is not None and not self._hidden(key) and await self.base.exists(key)
+        if self.base is None or self._hidden(key):
+            return False
+        try:
+            return await self.base.exists(key)
+        except Exception as err:
+            failure = self._failure(err, "HEAD", key)
+        raise failure
 
     async def set(self, key: str, value: Buffer) -> None:
         await self.memory.set(key, value)
@@ -84,10 +106,16 @@ class StagingStore(Store):
         async for key in memory_keys:
             seen.add(key)
             yield key
-        async for key in base_keys:
-            if key not in seen and not (hide and self._hidden(key)):
-                seen.add(key)
-                yield key
+        failure = None
+        try:
+            async for key in base_keys:
+                if key not in seen and not (hide and self._hidden(key)):
+                    seen.add(key)
+                    yield key
+        except Exception as err:
+            failure = self._failure(err, "LIST", "")
+        if failure is not None:
+            raise failure
 
     async def _empty(self) -> AsyncIterator[str]:
         nothing: tuple[str, ...] = ()  # an async generator that yields nothing

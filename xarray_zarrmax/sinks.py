@@ -29,7 +29,7 @@ from typing import Any
 from . import accounting
 from ._loop import gather_or_cancel, run_sync
 from .errors import StoreAccessError
-from .stores import Buffer, LocalSource, ObjectChanged, ObstoreSource, _checked_key
+from .stores import Buffer, ByteSource, LocalSource, ObjectChanged, ObstoreSource, _checked_key
 
 #: A merge: the stored bytes (None: no object) -> the bytes to store (None: store nothing; only allowed
 #: when there was no object, since a missing object cannot be deleted conditionally).
@@ -51,6 +51,7 @@ class Sink:
     ones from the I/O loop (metadata batches)."""
 
     label: str
+    source: ByteSource  # reads the same objects
 
     def put(self, key: str, data: bytes) -> None:
         raise NotImplementedError
@@ -76,6 +77,8 @@ class Sink:
 
 class LocalSink(Sink):
     """A directory on a local file system; see the module docstring."""
+
+    source: LocalSource
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.source = LocalSource(root)
@@ -116,15 +119,24 @@ class LocalSink(Sink):
                 pass
             raise
 
+    @contextmanager
+    def _naming(self, what: str, key: str) -> Iterator[None]:
+        """OSError from the file system names the temporary file at most: say which object and store."""
+        try:
+            yield
+        except OSError as err:
+            err.add_note(f"while {what} {key!r} in {self.label}")
+            raise
+
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        with self._locked(path):
+        with self._naming("writing", key), self._locked(path):
             self._replace(path, data)
         accounting.record(self.label, "put", key, len(data))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        with self._locked(path):
+        with self._naming("deleting", key), self._locked(path):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -133,7 +145,7 @@ class LocalSink(Sink):
 
     def update(self, key: str, merge: Merge) -> None:
         path = self._path(key)
-        with self._locked(path):
+        with self._naming("updating", key), self._locked(path):
             got = self.source.read(key)
             new = merge(None if got is None else got.data)
             if new is None:
@@ -162,6 +174,8 @@ class LocalSink(Sink):
 
 class ObstoreSink(Sink):
     """An obstore store; see the module docstring."""
+
+    source: ObstoreSource
 
     def __init__(self, source: ObstoreSource) -> None:
         self.source = source

@@ -265,7 +265,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     from ._staging import StagingStore
 
     sink = resolve_sink(store, storage_options)
-    staging = StagingStore(sink.source.zarr_store())  # type: ignore[attr-defined]
+    staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
     recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
                       region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
     writes = _array_writes(recorder, staging, write_empty_chunks)
