@@ -16,13 +16,14 @@ Three steps:
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ._loop import run_sync
+from ._loop import gather_or_cancel, run_sync
 from .sinks import Sink, resolve_sink
 from .write_codec import ObjectCodec
 from .write_plan import aligned_chunks, check_aligned, objects_for_block
@@ -95,15 +96,16 @@ def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str
 
 
 def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks: bool) -> list[ArrayWrite]:
+    paths = [target.path for _, target, _ in recorder.writes]
+    existed = run_sync(gather_or_cancel(*(_existed(staging, p) for p in paths)))  # one concurrent batch
     out = []
-    for source, target, region in recorder.writes:
+    for (source, target, region), before in zip(recorder.writes, existed, strict=True):
         metadata = target.metadata
         if metadata.zarr_format != 3:
             raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
         shape = tuple(metadata.shape)
         start = tuple(r.indices(n)[0] for r, n in zip(region, shape, strict=True)) if region else (0,) * len(shape)
-        fresh = not run_sync(_existed(staging, target.path))
-        out.append(ArrayWrite(target.path, ObjectCodec(metadata, write_empty_chunks), source, start, fresh))
+        out.append(ArrayWrite(target.path, ObjectCodec(metadata, write_empty_chunks), source, start, not before))
     return out
 
 
@@ -138,7 +140,8 @@ def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
     if not is_dask_collection(data):
         values = np.asarray(data)
         chunks = tuple(aligned_chunks(a, n, s) for a, n, s in zip(write.start, values.shape, object_shape, strict=True))
-        return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{id(values):x}-{write.path}")
+        # a name of our own: dask would otherwise hash every byte of the array to name it
+        return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{uuid.uuid4().hex}")
     if align_chunks:
         try:
             check_aligned(write.path, write.dims, write.start, data.chunks, object_shape, write.kind)
