@@ -161,6 +161,19 @@ def test_one_dask_task_per_shard(tmp_path: Path) -> None:
     check_reads(tmp_path / "a.zarr", sample().drop_vars(["count", "flag"]))
 
 
+def test_each_write_task_depends_on_its_own_block_only(tmp_path: Path) -> None:
+    """A task must receive one block, never the whole array (a dask array inside a task's arguments would make
+    every task wait for, and hold, all of it)."""
+    from dask.core import get_dependencies
+
+    ds = sample().chunk({"time": 8})
+    delayed = xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, compute=False)
+    graph = dict(delayed.__dask_graph__())
+    tasks = [key for key in graph if str(key).startswith("write_block")]
+    assert len(tasks) == 3 + 3 + 1 + 4  # temp and count (8, 8, 4), flag, one per coordinate
+    assert all(len(get_dependencies(graph, key)) == 1 for key in tasks)
+
+
 # -- chunk alignment --------------------------------------------------------------------------------------------
 
 

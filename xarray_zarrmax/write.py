@@ -33,13 +33,12 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
-class ArrayWrite:
-    """One variable's data, where it goes, and how its objects are encoded."""
+class ArrayTarget:
+    """Where one array's objects go and how they are encoded: what each write task carries (small, picklable;
+    never the data, which dask hands to each task block by block)."""
 
     path: str  # the array's path in the store
     codec: ObjectCodec
-    data: Any  # numpy or dask, already CF-encoded by xarray
-    start: tuple[int, ...]  # where ``data`` goes in the array
     fresh: bool  # the array did not exist before this call: no stored object to delete or merge with
 
     @property
@@ -58,6 +57,15 @@ class ArrayWrite:
     def key(self, coords: tuple[int, ...]) -> str:
         chunk_key = self.codec.metadata.encode_chunk_key(coords)
         return f"{self.path}/{chunk_key}" if self.path else chunk_key
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayWrite:
+    """One variable's data (numpy or dask, already CF-encoded by xarray) and where in which array it goes."""
+
+    target: ArrayTarget
+    data: Any
+    start: tuple[int, ...]
 
 
 class _Recorder:
@@ -105,7 +113,8 @@ def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks
             raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
         shape = tuple(metadata.shape)
         start = tuple(r.indices(n)[0] for r, n in zip(region, shape, strict=True)) if region else (0,) * len(shape)
-        out.append(ArrayWrite(target.path, ObjectCodec(metadata, write_empty_chunks), source, start, not before))
+        codec = ObjectCodec(metadata, write_empty_chunks)
+        out.append(ArrayWrite(ArrayTarget(target.path, codec, not before), source, start))
     return out
 
 
@@ -135,8 +144,8 @@ def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
     import dask.array as da
     from dask.base import is_dask_collection
 
-    object_shape = write.codec.object_shape
-    data = write.data
+    target, data = write.target, write.data
+    object_shape = target.codec.object_shape
     if not is_dask_collection(data):
         values = np.asarray(data)
         chunks = tuple(aligned_chunks(a, n, s) for a, n, s in zip(write.start, values.shape, object_shape, strict=True))
@@ -144,15 +153,15 @@ def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
         return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{uuid.uuid4().hex}")
     if align_chunks:
         try:
-            check_aligned(write.path, write.dims, write.start, data.chunks, object_shape, write.kind)
+            check_aligned(target.path, target.dims, write.start, data.chunks, object_shape, target.kind)
         except ValueError:
             data = data.rechunk(tuple(aligned_chunks(a, n, s)
                                       for a, n, s in zip(write.start, data.shape, object_shape, strict=True)))
-    check_aligned(write.path, write.dims, write.start, data.chunks, object_shape, write.kind)
+    check_aligned(target.path, target.dims, write.start, data.chunks, object_shape, target.kind)
     return data
 
 
-def write_block(block: Any, write: ArrayWrite, sink: Sink, start: tuple[int, ...]) -> int:
+def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> int:
     """Write one dask block: every object it covers whole in one PUT each (concurrently), every object it
     covers in part by a conditional read-merge-write. Returns the number of objects touched."""
     values = np.asarray(block, dtype=write.codec.dtype)
@@ -217,7 +226,7 @@ def _block_tasks(write: ArrayWrite, sink: Sink, align_chunks: bool) -> list[Any]
     out = []
     for index in np.ndindex(blocks.shape):
         start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
-        out.append(task(blocks[index], write, sink, start))
+        out.append(task(blocks[index], write.target, sink, start))
     return out
 
 
