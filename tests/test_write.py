@@ -174,6 +174,16 @@ def test_each_write_task_depends_on_its_own_block_only(tmp_path: Path) -> None:
     assert all(len(get_dependencies(graph, key)) == 1 for key in tasks)
 
 
+def test_tasks_run_in_other_processes(minio: MinioServer, bucket: str) -> None:
+    """Tasks pickle (sink with its credentials, codec with zarr's metadata) and write from spawned workers."""
+    url, so = f"s3://{bucket}/procs{next(_counter)}.zarr", minio.storage_options()
+    ds = sample().chunk({"time": 8})
+    delayed = xarray_zarrmax.to_zarr(ds, url, encoding={"temp": SHARDED}, storage_options=so, compute=False)
+    with dask.config.set(scheduler="processes", num_workers=2):
+        delayed.compute()
+    check_reads(url, sample(), oracle=s3_oracle(minio, url), storage_options=so)
+
+
 # -- chunk alignment --------------------------------------------------------------------------------------------
 
 
