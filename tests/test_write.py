@@ -272,8 +272,9 @@ def test_mode_w_replaces_everything(where: dict[str, Any]) -> None:
 
 def test_mode_w_minus_refuses_an_existing_store(tmp_path: Path) -> None:
     xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError) as info:
         xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr")
+    assert any(str(tmp_path / "a.zarr") in note for note in info.value.__notes__)
 
 
 def test_compute_false_writes_metadata_now_data_later(tmp_path: Path) -> None:
@@ -383,6 +384,36 @@ def test_update_retries_after_losing_a_race(tmp_path: Path, minio: MinioServer, 
     sink.update("k", merge)
     assert merges == [b"0", b"0 + other"]
     assert bytes(run_sync(sink.source.get("k"))) == b"0 + other + mine"
+
+
+def test_conditional_put_applied_but_reported_failed_is_merged_again(minio: MinioServer, bucket: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server applied our conditional PUT, the connection broke before we heard: we read again, find
+    our own write, merge the same values again and PUT once more. Nothing is doubled or lost."""
+    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.stores import RequestFailed, s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/lost{next(_counter)}", minio.storage_options()))
+    run_sync(sink.put_async("k", b"ab"))
+    original = sinks.ObstoreSink.put_async
+    failed = []
+
+    async def applied_then_broken(self: Any, key: str, data: bytes, mode: Any = None) -> None:
+        await original(self, key, data, mode)
+        if mode is not None and not failed:
+            failed.append(key)
+            raise RequestFailed(f"PUT {key!r} on {self.label} failed: HTTP error: error sending request", None)
+
+    monkeypatch.setattr(sinks.ObstoreSink, "put_async", applied_then_broken)
+    seen = []
+
+    def set_second_letter(stored: Any) -> bytes:  # a merge: the same element set to the same value
+        seen.append(bytes(stored))
+        return bytes(stored)[:1] + b"X"
+
+    sink.update("k", set_second_letter)
+    assert failed == ["k"] and seen == [b"ab", b"aX"]
+    assert bytes(run_sync(sink.source.get("k"))) == b"aX"
 
 
 # -- failures -----------------------------------------------------------------------------------------------------

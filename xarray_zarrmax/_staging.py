@@ -142,7 +142,7 @@ class StagingStore(Store):
                 yield name
 
     def __repr__(self) -> str:
-        return f"StagingStore(base={self.base!r})"
+        return f"StagingStore({self.label!r})"  # the label: the base's repr is a third party's
 
     def with_read_only(self, read_only: bool = False) -> Any:
         if read_only:

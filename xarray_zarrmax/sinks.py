@@ -17,6 +17,7 @@ Sinks never import xarray.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import random
@@ -28,8 +29,18 @@ from typing import Any
 
 from . import accounting
 from ._loop import gather_or_cancel, run_sync
+from .config import get_config
 from .errors import StoreAccessError
-from .stores import Buffer, ByteSource, LocalSource, ObjectChanged, ObstoreSource, _checked_key
+from .stores import (
+    Buffer,
+    ByteSource,
+    LocalSource,
+    ObjectChanged,
+    ObstoreSource,
+    RequestFailed,
+    _checked_key,
+    _is_transient,
+)
 
 #: A merge: the stored bytes (None: no object) -> the bytes to store (None: store nothing; only allowed
 #: when there was no object, since a missing object cannot be deleted conditionally).
@@ -185,17 +196,28 @@ class ObstoreSink(Sink):
         return (ObstoreSink, (self.source,))
 
     async def put_async(self, key: str, data: bytes, mode: Any = None) -> None:
+        """One PUT, never multipart: atomic, and conditional modes need a single request anyway.
+
+        obstore retries what it deems safe to; an unconditional PUT that still fails on a transient error
+        (the connection broke after the request was sent) is sent again here, up to ``config.retries`` times:
+        the same bytes twice are the same object. A conditional one is not: `update` reads and merges again.
+        """
         import obstore
 
         _checked_key(self.source, key)
-        # One PUT, never multipart: atomic, and conditional modes need a single request anyway.
         kwargs: dict[str, Any] = {"use_multipart": False}
         if mode is not None:
             kwargs["mode"] = mode
-        try:
-            await self.source._call("PUT", key, obstore.put_async, key, data, **kwargs)
-        finally:
+        retries = get_config().retries if mode is None else 0
+        for attempt in range(retries + 1):
             accounting.record(self.label, "put", key, len(data))
+            try:
+                await self.source._call("PUT", key, obstore.put_async, key, data, **kwargs)
+                return
+            except RequestFailed as err:
+                if attempt == retries or not _is_transient(err):
+                    raise
+            await asyncio.sleep(_backoff(attempt))
 
     async def delete_async(self, key: str) -> None:
         import obstore
@@ -229,7 +251,12 @@ class ObstoreSink(Sink):
                 run_sync(self.put_async(key, new, mode))
                 return
             except ObjectChanged:
-                time.sleep(_backoff(attempt))  # another writer won: read its object and merge again
+                pass  # another writer won (or our own earlier attempt did): read that object and merge again
+            except RequestFailed as err:
+                if not _is_transient(err):
+                    raise
+                # the PUT may or may not have been applied: reading tells, and merging again is harmless
+            time.sleep(_backoff(attempt))
         raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MAX_ATTEMPTS} attempts in a row lost "
                                "to concurrent writers of the same object")
 

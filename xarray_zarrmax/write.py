@@ -278,8 +278,12 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
 
     sink = resolve_sink(store, storage_options)
     staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
-    recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
-                      region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
+    try:
+        recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
+                          region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
+    except Exception as err:
+        err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
+        raise
     writes = _array_writes(recorder, staging, write_empty_chunks)
     tasks = [t for w in writes for t in _block_tasks(w, sink, align_chunks)]  # alignment errors before any write
     _commit_metadata(sink, staging)
