@@ -37,6 +37,11 @@ class StagingStore(Store):
         self.deleted_keys: set[str] = set()
         self.deleted_prefixes: list[str] = []  # "" is the whole store
 
+    @property
+    def supports_consolidated_metadata(self) -> bool:
+        # xarray consolidates only where the target can hold it (an Icechunk store cannot)
+        return bool(getattr(self.base, "supports_consolidated_metadata", True))
+
     def __eq__(self, other: object) -> bool:
         return self is other
 

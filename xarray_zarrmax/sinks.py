@@ -11,6 +11,14 @@ Two kinds, both picklable (a dask task on any worker rebuilds its sink):
   (412), it reads again, merges again and retries. Failed requests are retried by obstore (the store's
   retry config); retrying is idempotent, since a merge only ever writes the same values over the same
   elements.
+- `IcechunkSink`, a writable Icechunk session (or a fork of one): objects go through the session's zarr store,
+  one ``set`` per shard; Icechunk writes the bytes and records the change, which becomes visible to others
+  only at ``commit``. Tasks in this process write into the session itself; a task pickled to another process
+  gets a fork of it (``Session.fork()``) and returns that fork, which is merged back once all are done.
+  A read-merge-write reads the session's own view (its
+  uncommitted changes included) under an in-process lock per object: Icechunk has no conditional ``set``,
+  and two writers in one session are two threads of one process. Forks are a different matter: two forks that
+  both write one shard are merged last-writer-wins, silently (see docs/writing.md).
 
 Sinks never import xarray.
 """
@@ -21,6 +29,7 @@ import asyncio
 import fcntl
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,7 +47,9 @@ from .stores import (
     ObjectChanged,
     ObstoreSource,
     RequestFailed,
+    ZarrStoreSource,
     _checked_key,
+    _first_line,
     _is_transient,
 )
 
@@ -81,6 +92,17 @@ class Sink:
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under ``prefix`` ("": the whole store)."""
         raise NotImplementedError
+
+    #: Whether data tasks return something the caller must `collect` (see `task_result`).
+    collects = False
+
+    def collect(self, results: list[Any]) -> None:
+        """Take back what the data tasks return (`task_result` of each task's sink); nothing by default."""
+
+    def task_result(self) -> Any:
+        """What a data task returns besides its count, for `collect` (an Icechunk fork with its writes, where
+        the task ran on a copy of the sink pickled to another process)."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
@@ -283,10 +305,120 @@ class ObstoreSink(Sink):
                 accounting.record(self.label, "delete", key)
 
 
+#: Read-merge-writes of one object within one process (one Icechunk session shared by threads) take the
+#: same lock: striped by (session, key), so memory stays bounded however many objects are written.
+_OBJECT_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+class IcechunkSink(Sink):
+    """A writable Icechunk ``Session`` or ``ForkSession``; see the module docstring."""
+
+    source: ZarrStoreSource
+
+    def __init__(self, session: Any) -> None:
+        if session.read_only:
+            raise ValueError("to_zarr needs a writable Icechunk session (Repository.writable_session(branch), or "
+                             f"a fork of one). Got a read-only session at snapshot {session.snapshot_id}.")
+        self.session = session
+        self._worker_copy = False
+        branch = getattr(session, "branch", None)
+        where = f"branch {branch!r}" if branch else "a fork"
+        self.label = f"Icechunk session ({where}, base snapshot {session.snapshot_id})"
+        self.source = ZarrStoreSource(session.store, self.label)
+
+    collects = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (to a worker process): a fresh fork, made now, so after the metadata batch. In this process
+        # the tasks write straight into the session, where the per-object lock covers every writer.
+        return (_worker_sink, (self.session.fork(),))
+
+    def _failure(self, what: str, key: str, err: BaseException) -> StoreAccessError:
+        return StoreAccessError(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
+                                f"{_first_line(err, self.source._secrets)}")
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        _checked_key(self.source, key)
+        accounting.record(self.label, "put", key, len(data))
+        failure = None
+        try:
+            await self.session.store.set(key, default_buffer_prototype().buffer.from_bytes(data))
+        except Exception as err:
+            failure = self._failure("SET", key, err)
+        if failure is not None:
+            raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+    async def _delete_async(self, key: str, prefix: bool = False) -> None:
+        _checked_key(self.source, key)
+        failure = None
+        try:
+            if prefix:
+                await self.session.store.delete_dir(key.strip("/"))
+            else:
+                await self.session.store.delete(key)
+        except FileNotFoundError:
+            pass
+        except Exception as err:
+            failure = self._failure("DELETE", key, err)
+        if failure is not None:
+            raise failure
+        accounting.record(self.label, "delete", key)
+
+    def put(self, key: str, data: bytes) -> None:
+        run_sync(self.put_async(key, data))
+
+    def delete(self, key: str) -> None:
+        run_sync(self._delete_async(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        run_sync(self._delete_async(prefix, prefix=True))
+
+    def put_many(self, objects: dict[str, bytes]) -> None:
+        run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
+
+    def update(self, key: str, merge: Merge) -> None:
+        with _OBJECT_LOCKS[hash((id(self.session), key)) % len(_OBJECT_LOCKS)]:
+            got = run_sync(self.source.get(key))
+            new = merge(got)
+            if new is None:
+                if got is not None:
+                    raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
+                return
+            self.put(key, new)
+
+    def task_result(self) -> Any:
+        return self.session if self._worker_copy else None
+
+    def collect(self, results: list[Any]) -> None:
+        fork = merge_forks(results)
+        if fork is not None:
+            self.session.merge(fork)
+
+
+def _worker_sink(fork: Any) -> IcechunkSink:
+    sink = IcechunkSink(fork)
+    sink._worker_copy = True  # its writes go back to the caller in the task's result
+    return sink
+
+
+def merge_forks(forks: list[Any]) -> Any:
+    """One fork holding the writes of all ``forks`` (distinct objects; the same one given twice counts once)."""
+    unique = list({id(f): f for f in forks if f is not None}.values())
+    if not unique:
+        return None
+    first, rest = unique[0], unique[1:]
+    if rest:
+        first.merge(*rest)
+    return first
+
+
 def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> Sink:
     """Where `to_zarr` writes: a local path or ``file://`` URL (created if missing), an ``s3://`` URL (options as
     for reading, see `xarray_zarrmax.stores.obstore_s3_options`), an obstore store, zarr's ``ObjectStore`` or
-    ``LocalStore``. Anything else raises TypeError: it would be written by zarr-python, without our
+    ``LocalStore``, a writable Icechunk ``Session`` or ``ForkSession`` (or its ``IcechunkStore``). Anything else
+    raises TypeError: it would be written by zarr-python, without our
     guarantees, so say so rather than do it silently."""
     from .stores import _no_storage_options, _scheme, s3_store_from_url
 
@@ -307,8 +439,13 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
     _no_storage_options(storage_options, f"a {type(target).__name__}")
     if isinstance(target, ObstoreSource):
         return ObstoreSink(target)
-    if (type(target).__module__ or "").startswith("obstore"):
+    module = type(target).__module__ or ""
+    if module.startswith("obstore"):
         return ObstoreSink(ObstoreSource(target))
+    if module.startswith("icechunk") and hasattr(target, "fork") and hasattr(target, "store"):
+        return IcechunkSink(target)
+    if module.startswith("icechunk") and hasattr(target, "session") and hasattr(target, "set"):
+        return IcechunkSink(target.session)  # an IcechunkStore: the session it writes through
     from zarr.storage import LocalStore, ObjectStore
 
     if isinstance(target, ObjectStore):
@@ -316,5 +453,6 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
     if isinstance(target, LocalStore):
         os.makedirs(target.root, exist_ok=True)
         return LocalSink(target.root)
-    raise TypeError("to_zarr writes to a local path, an s3:// URL, an obstore store, or zarr's ObjectStore or "
-                    f"LocalStore. Got {type(target).__module__}.{type(target).__qualname__} instead.")
+    raise TypeError("to_zarr writes to a local path, an s3:// URL, an obstore store, zarr's ObjectStore or "
+                    "LocalStore, or a writable Icechunk session. "
+                    f"Got {type(target).__module__}.{type(target).__qualname__} instead.")

@@ -216,13 +216,17 @@ def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...]) 
     return merge
 
 
-def _block_tasks(write: ArrayWrite, sink: Sink, align_chunks: bool) -> list[Any]:
+def _write_block_collecting(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> tuple[int, Any]:
+    """`write_block`, returning also what the caller must collect (an Icechunk fork holding the writes)."""
+    return write_block(block, write, sink, start), sink.task_result()
+
+
+def _block_tasks(write: ArrayWrite, data: Any, sink: Sink, collecting: bool) -> list[Any]:
     import dask
 
-    data = _as_dask(write, align_chunks)
     offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) if c else np.zeros(1, int) for c in data.chunks]
     blocks = data.to_delayed()
-    task = dask.delayed(write_block, pure=False)
+    task = dask.delayed(_write_block_collecting if collecting else write_block, pure=False)
     out = []
     for index in np.ndindex(blocks.shape):
         start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
@@ -232,6 +236,14 @@ def _block_tasks(write: ArrayWrite, sink: Sink, align_chunks: bool) -> list[Any]
 
 def _done(*counts: int) -> int:
     return int(sum(counts))
+
+
+def _done_collecting(*results: tuple[int, Any]) -> Any:
+    """The forks that tasks in other processes wrote to, merged into one (on whichever worker runs this), or
+    None where every task wrote in the caller's process."""
+    from .sinks import merge_forks
+
+    return merge_forks([fork for _, fork in results])
 
 
 def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
@@ -250,13 +262,19 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         The Dataset.
     store
         A local path or ``file://`` URL, an ``s3://`` URL (with ``storage_options`` by obstore's or s3fs's
-        names), an obstore store, or zarr's ``ObjectStore`` / ``LocalStore``.
+        names), an obstore store, zarr's ``ObjectStore`` / ``LocalStore``, or a writable Icechunk ``Session``
+        or ``ForkSession``: the writes land in the session, uncommitted (commit it yourself). Data tasks that
+        run in another process write to forks of it, merged back into it when all are done.
     mode
         As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
     zarr_format
         3 only.
     compute
-        False: metadata is written now, data when the returned ``dask.delayed`` object is computed.
+        False: metadata and the variables that are not dask arrays are written now (as ``Dataset.to_zarr``
+        does), dask arrays when the returned ``dask.delayed`` object is computed. For an
+        Icechunk session, computing it returns the ``ForkSession`` holding the writes made in other processes
+        (merge it, ``session.merge(fork)``, before committing), or None where every task ran in this process
+        and wrote into the session itself.
     write_empty_chunks
         False (as zarr-python's default): chunks (and shards) holding only the fill value are not stored.
     align_chunks
@@ -268,11 +286,12 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     Returns
     -------
     None, or with ``compute=False`` a ``dask.delayed`` object that writes the data (and returns the number of
-    stored objects written).
+    stored objects written; for an Icechunk session, the fork to merge or None).
     """
     if zarr_format != 3:
         raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
     import dask
+    from dask.base import is_dask_collection
 
     from ._staging import StagingStore
 
@@ -285,10 +304,23 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
         raise
     writes = _array_writes(recorder, staging, write_empty_chunks)
-    tasks = [t for w in writes for t in _block_tasks(w, sink, align_chunks)]  # alignment errors before any write
+    arrays = [_as_dask(w, align_chunks) for w in writes]  # alignment errors before any write
     _commit_metadata(sink, staging)
-    delayed = dask.delayed(_done, pure=False)(*tasks)
+    collecting = sink.collects
+    done = _done_collecting if collecting else _done
+    # As Dataset.to_zarr: with compute=False, variables that are not dask arrays are written now all the same
+    now: list[list[Any]] = []
+    later: list[list[Any]] = []
+    for w, a in zip(writes, arrays, strict=True):
+        (later if compute or is_dask_collection(w.data) else now).append(_block_tasks(w, a, sink, collecting))
+    if now:
+        result = dask.delayed(done, pure=False)(*[t for ts in now for t in ts]).compute()
+        if collecting:
+            sink.collect([result])
+    delayed = dask.delayed(done, pure=False)(*[t for ts in later for t in ts])
     if not compute:
         return delayed
-    delayed.compute()
+    result = delayed.compute()
+    if collecting:
+        sink.collect([result])
     return None
