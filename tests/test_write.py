@@ -779,3 +779,32 @@ def test_icechunk_refuses_read_only_sessions_and_names_the_session(tmp_path: Pat
     copy = pickle.loads(pickle.dumps(sink))  # a fork of the session, whose writes the task returns
     assert isinstance(copy.session, icechunk.ForkSession) and copy.task_result() is copy.session
     assert sink.task_result() is None
+
+
+# -- multipart uploads ---------------------------------------------------------------------------------------------
+
+
+def test_large_shards_go_multipart_merges_stay_single_part(minio: MinioServer, bucket: str) -> None:
+    """Above ``multipart_threshold`` (lowered to 6 MiB here) a shard is sent as a multipart upload of
+    ``split_size`` parts (MinIO's ETag of such an object ends in "-<parts>"); a conditional PUT (the merge of a
+    partly written shard) stays one request (a plain ETag), whatever its size. Both read back exactly."""
+    import obstore
+
+    n, shard = 2_000_000, 1_000_000  # two shards of about 7.6 MiB (random int64: zstd cannot shrink them)
+    values = np.random.default_rng(5).integers(0, 2**62, n, dtype="i8")
+    ds = xr.Dataset({"v": (("i",), values)})
+    url, so = f"s3://{bucket}/multipart{next(_counter)}.zarr", minio.storage_options()
+    store = minio.obstore(bucket, url.split("/", 3)[3])
+    encoding = {"v": {"chunks": (125_000,), "shards": (shard,)}}
+    with xarray_zarrmax.set_config(multipart_threshold=6 * 2**20, split_size=5 * 2**20):
+        xarray_zarrmax.to_zarr(ds.chunk({"i": shard}), url, encoding=encoding, storage_options=so)
+        etags = [obstore.head(store, f"v/c/{i}")["e_tag"].strip('"') for i in range(2)]
+        assert [e.rsplit("-", 1)[-1] for e in etags] == ["2", "2"], etags  # 5 MiB + the rest
+        new = np.random.default_rng(6).integers(0, 2**62, 499_990, dtype="i8")
+        part = xr.Dataset({"v": (("i",), new)})  # a region inside shard 0: read, merged, PUT conditionally
+        xarray_zarrmax.to_zarr(part, url, region={"i": slice(10, 500_000)}, storage_options=so)
+        etag = obstore.head(store, "v/c/0")["e_tag"].strip('"')
+        assert "-" not in etag and obstore.head(store, "v/c/0")["size"] > 6 * 2**20
+    expected = ds.copy(deep=True)
+    expected["v"][10:500_000] = new
+    check_reads(url, expected, oracle=s3_oracle(minio, url), storage_options=so)

@@ -1,23 +1,24 @@
 """Write targets: put, delete and read-merge-write of whole objects, safe under concurrent writers.
 
-Two kinds, both picklable (a dask task on any worker rebuilds its sink):
+Three kinds, all picklable (a dask task on any worker rebuilds its sink):
 
 - `LocalSink`, a directory: each object is written to a temporary file beside it and renamed over it
   (``os.replace`` is atomic), so a reader or a crash never sees half an object. Every replacement happens
   under an exclusive ``flock`` of the object's directory, so a read-merge-write cannot lose an update made
   between its read and its rename, by a thread or by another process.
-- `ObstoreSink`, an obstore store (S3, MinIO...): a PUT is atomic. A read-merge-write PUTs with ``If-Match``
-  on the ETag it read (``If-None-Match: *`` when there was no object); when another writer got there first
-  (412), it reads again, merges again and retries. Failed requests are retried by obstore (the store's
-  retry config); retrying is idempotent, since a merge only ever writes the same values over the same
-  elements.
+- `ObstoreSink`, an obstore store (S3, MinIO...): a PUT is atomic (so is a multipart upload, used for objects
+  above ``config.multipart_threshold``: the object appears when it completes). A read-merge-write PUTs with
+  ``If-Match`` on the ETag it read (``If-None-Match: *`` when there was no object), always in one request;
+  when another writer got there first (412), it reads again, merges again and retries. Failed requests are
+  retried by obstore (the store's retry config); retrying is idempotent, since a merge only ever writes the
+  same values over the same elements.
 - `IcechunkSink`, a writable Icechunk session (or a fork of one): objects go through the session's zarr store,
   one ``set`` per shard; Icechunk writes the bytes and records the change, which becomes visible to others
   only at ``commit``. Tasks in this process write into the session itself; a task pickled to another process
   gets a fork of it (``Session.fork()``) and returns that fork, which is merged back once all are done.
-  A read-merge-write reads the session's own view (its
-  uncommitted changes included) under an in-process lock per object: Icechunk has no conditional ``set``,
-  and two writers in one session are two threads of one process. Forks are a different matter: two forks that
+  A read-merge-write reads the session's own view (its uncommitted changes included) under an in-process
+  lock per object: Icechunk has no conditional ``set``, and two writers in one session are two threads of
+  one process. Forks are a different matter: two forks that
   both write one shard are merged last-writer-wins, silently (see docs/writing.md).
 
 Sinks never import xarray.
@@ -61,6 +62,10 @@ Merge = Callable[[Buffer | None], bytes | None]
 #: two; with N writers contending for one object, at least one wins each round, so N rounds suffice.
 MAX_ATTEMPTS = 64
 MAX_BACKOFF_S = 0.5
+
+#: S3's smallest part of a multipart upload (but the last), and how many parts of one upload are in flight.
+MIN_PART_SIZE = 5 * 2**20
+PART_CONCURRENCY = 12
 
 
 def _backoff(attempt: int) -> float:
@@ -218,7 +223,12 @@ class ObstoreSink(Sink):
         return (ObstoreSink, (self.source,))
 
     async def put_async(self, key: str, data: bytes, mode: Any = None) -> None:
-        """One PUT, never multipart: atomic, and conditional modes need a single request anyway.
+        """One PUT, or a multipart upload for an unconditional one larger than ``config.multipart_threshold``
+        (parts of ``config.split_size``, at least `MIN_PART_SIZE`, `PART_CONCURRENCY` at once, all under the
+        one request slot of this call). Both are atomic: a multipart object appears only when completed.
+        A conditional PUT is always one request: S3 takes If-Match / If-None-Match only on a single PUT (and
+        on the completion of a multipart upload, which obstore does not offer: its ``put`` with a ``mode``
+        other than "overwrite" falls back to a single PUT), so a merged shard is at most 5 GiB.
 
         obstore retries what it deems safe to; an unconditional PUT that still fails on a transient error
         (the connection broke after the request was sent) is sent again here, up to ``config.retries`` times:
@@ -227,10 +237,14 @@ class ObstoreSink(Sink):
         import obstore
 
         _checked_key(self.source, key)
+        config = get_config()
         kwargs: dict[str, Any] = {"use_multipart": False}
         if mode is not None:
             kwargs["mode"] = mode
-        retries = get_config().retries if mode is None else 0
+        elif len(data) > config.multipart_threshold:
+            kwargs = {"use_multipart": True, "chunk_size": max(config.split_size, MIN_PART_SIZE),
+                      "max_concurrency": PART_CONCURRENCY}
+        retries = config.retries if mode is None else 0
         for attempt in range(retries + 1):
             accounting.record(self.label, "put", key, len(data))
             try:
