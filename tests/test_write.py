@@ -808,3 +808,17 @@ def test_large_shards_go_multipart_merges_stay_single_part(minio: MinioServer, b
     expected = ds.copy(deep=True)
     expected["v"][10:500_000] = new
     check_reads(url, expected, oracle=s3_oracle(minio, url), storage_options=so)
+
+
+def test_icechunk_mode_w_replaces_everything(tmp_path: Path) -> None:
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(sample(), session, encoding={"temp": SHARDED})
+    session.commit("first")
+    session = repo.writable_session("main")
+    other = xr.Dataset({"other": (("z",), np.arange(3.0))})
+    xarray_zarrmax.to_zarr(other, session, mode="w")
+    session.commit("replaced")
+    check_icechunk_reads(repo, other)
+    assert sorted(_session_keys(repo.readonly_session("main"))) == ["other/c/0", "other/zarr.json", "zarr.json"]
