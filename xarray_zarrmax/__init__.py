@@ -1,6 +1,7 @@
 """xarray_zarrmax: read Zarr into xarray and dask at the speed of the storage.
 
 ``xr.open_dataset(url_or_store, engine="zarrmax", chunks={})``: one dask task per shard.
+``xarray_zarrmax.to_zarr(ds, url_or_store)``: one dask task and one PUT per shard.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from .accounting import RequestCounts, request_counts
 from .config import Config, get_config, set_config
 from .errors import CorruptDataError, MetadataError, StoreAccessError, ZarrmaxError
 from .stores import glob
+from .write import to_zarr
 
 __version__ = "0.1.0"
 
@@ -24,4 +26,5 @@ __all__ = [
     "glob",
     "request_counts",
     "set_config",
+    "to_zarr",
 ]

@@ -1,4 +1,4 @@
-"""Request accounting a user can see: how many GET/LIST/HEAD requests, and how many bytes, per store.
+"""Request accounting a user can see: how many GET/LIST/HEAD/PUT/DELETE requests, and how many bytes, per store.
 
 >>> with xarray_zarrmax.request_counts() as counts:
 ...     ds = xr.open_dataset(url, engine="zarrmax", chunks={})
@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-KINDS = ("get", "list", "head")
+KINDS = ("get", "list", "head", "put", "delete")
 
 
 @dataclass(slots=True)
@@ -22,10 +22,13 @@ class StoreCounts:
     get: int = 0
     list: int = 0
     head: int = 0
+    put: int = 0  # every PUT, conditional or not (a local file written counts as one)
+    delete: int = 0
     bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"get": self.get, "list": self.list, "head": self.head, "bytes": self.bytes}
+        return {"get": self.get, "list": self.list, "head": self.head, "put": self.put, "delete": self.delete,
+                "bytes": self.bytes}
 
 
 @dataclass(slots=True)

@@ -48,6 +48,10 @@ class Config:
     max_objects
         Most stored objects (shards, or chunks when unsharded) one array may declare; more is refused at open,
         since no scheduler can plan that many tasks.
+    multipart_threshold
+        `to_zarr` sends an object larger than this (bytes) to S3 as a multipart upload, in parts of
+        ``split_size`` (at least 5 MiB, S3's smallest part), up to 12 at once; smaller ones, and every
+        conditional PUT (a merge of a partly written shard), in one request.
     """
 
     concurrency: int = 128
@@ -59,9 +63,10 @@ class Config:
     inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
     task_bytes: int = 32 * 2**20
+    multipart_threshold: int = 100 * 2**20
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "threads", "split_size", "max_objects", "inflight_bytes"):
+        for name in ("concurrency", "threads", "split_size", "max_objects", "inflight_bytes", "multipart_threshold"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"config {name} must be an integer >= 1. Got {value!r} instead.")

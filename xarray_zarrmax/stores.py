@@ -492,6 +492,8 @@ class ObstoreSource(ByteSource):
                 failure = FileNotFoundError(key)
             except oe.PreconditionError:
                 failure = ObjectChanged(key)  # If-Match failed: the object was rewritten
+            except oe.AlreadyExistsError:
+                failure = ObjectChanged(key)  # a PUT with If-None-Match: someone created the object meanwhile
             except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
                 failure = StoreAccessError(
                     f"{what} {key!r} on {self.label} was refused: check the credentials "

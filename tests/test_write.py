@@ -1,0 +1,824 @@
+"""xarray_zarrmax.to_zarr: what it writes reads back identically with engine="zarr" and engine="zarrmax",
+matches Dataset.to_zarr's metadata, sends one PUT per shard, and loses nothing under concurrent writers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import xarray_zarrmax
+from xarray_zarrmax import request_counts, sinks
+from xarray_zarrmax.stores import ObjectChanged
+from xarray_zarrmax.testing import MinioServer
+from xarray_zarrmax.write_plan import aligned_chunks, check_aligned, misaligned_boundary, objects_for_block
+
+_counter = itertools.count()
+
+NT, NY, NX = 20, 6, 8
+SHARDED = {"chunks": (2, 3, 4), "shards": (8, 6, 8)}  # 3 shards along time, the last one partial
+
+
+def sample(nt: int = NT, t0: int = 0) -> xr.Dataset:
+    """CF time, NaNs, attributes, ints, a string coordinate and a scalar: what encoding must get right."""
+    rng = np.random.default_rng(t0)
+    temp = rng.normal(size=(nt, NY, NX)).astype("f4")
+    temp[0, 0, :3] = np.nan
+    return xr.Dataset(
+        {
+            "temp": (("time", "y", "x"), temp, {"units": "K", "long_name": "temperature"}),
+            "count": (("time",), np.arange(t0, t0 + nt, dtype="i4")),
+            "flag": ((), np.int8(3)),
+        },
+        coords={
+            "time": pd.date_range("2020-01-01", periods=nt, freq="6h") + pd.Timedelta(hours=6 * t0),
+            "y": np.linspace(-1, 1, NY),
+            "x": np.arange(NX),
+            "station": (("x",), np.array([f"s{i}" for i in range(NX)])),
+        },
+        attrs={"title": "sample", "history": "made in a test"},
+    )
+
+
+def check_reads(target: Any, expected: xr.Dataset, oracle: Any = None, **kwargs: Any) -> None:
+    """Both engines read back exactly ``expected``: values, dtypes, attributes, CF encoding. ``oracle``: what
+    engine="zarr" opens when it cannot open ``target`` itself (s3:// needs s3fs; an ObjectStore does not)."""
+    for engine, what, options in (("zarr", oracle or target, {} if oracle is not None else kwargs),
+                                  ("zarrmax", target, kwargs)):
+        with xr.open_dataset(what, engine=engine, **options) as got:
+            xr.testing.assert_identical(got.load(), expected)
+
+
+def s3_oracle(minio: MinioServer, url: str) -> Any:
+    """zarr's ObjectStore over the same objects: what engine="zarr" reads an s3:// URL with here."""
+    from zarr.storage import ObjectStore
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    return ObjectStore(minio.obstore(bucket, prefix), read_only=True)
+
+
+@pytest.fixture(params=["local", "minio"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """A fresh target: what to_zarr writes to and what the readers open."""
+    if request.param == "local":
+        path = str(tmp_path / "out.zarr")
+        return {"target": path, "read": path, "kwargs": {}}
+    minio: MinioServer = request.getfixturevalue("minio")
+    bucket = request.getfixturevalue("bucket")
+    url = f"s3://{bucket}/w{next(_counter)}.zarr"
+    so = minio.storage_options()
+    return {"target": url, "read": url, "kwargs": {"storage_options": so, "oracle": s3_oracle(minio, url)},
+            "write": {"storage_options": so}}
+
+
+def write(where: dict[str, Any], ds: xr.Dataset, **kwargs: Any) -> Any:
+    return xarray_zarrmax.to_zarr(ds, where["target"], **where.get("write", {}), **kwargs)
+
+
+# -- metadata and values --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])
+def test_roundtrip_both_engines(where: dict[str, Any], chunked: bool) -> None:
+    ds = sample()
+    if chunked:
+        ds = ds.chunk({"time": 8})
+    write(where, ds, encoding={"temp": SHARDED})
+    check_reads(where["read"], sample(), **where["kwargs"])
+
+
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_same_store_as_dataset_to_zarr(tmp_path: Path, consolidated: bool) -> None:
+    """Every metadata document and every stored object is byte for byte what Dataset.to_zarr writes."""
+    ds = sample().chunk({"time": 8})
+    encoding = {"temp": SHARDED, "count": {"chunks": (4,)}}
+    ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
+    xarray_zarrmax.to_zarr(ds, ours, encoding=encoding, consolidated=consolidated)
+    ds.to_zarr(theirs, encoding=encoding, consolidated=consolidated, zarr_format=3)
+    files = sorted(str(p.relative_to(theirs)) for p in theirs.rglob("*") if p.is_file())
+    assert sorted(str(p.relative_to(ours)) for p in ours.rglob("*") if p.is_file()) == files
+    for name in files:
+        if name.endswith("zarr.json"):
+            assert json.loads((ours / name).read_text()) == json.loads((theirs / name).read_text()), name
+        else:
+            assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+    check_reads(ours, sample())
+
+
+def test_unsharded_and_compressors(tmp_path: Path) -> None:
+    import zarr
+
+    ds = sample()
+    encoding = {"temp": {"chunks": (5, 6, 8), "compressors": [zarr.codecs.GzipCodec(level=1)]}}
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding=encoding)
+    ds.to_zarr(tmp_path / "b.zarr", encoding=encoding, zarr_format=3)
+    assert sorted(os.listdir(tmp_path / "a.zarr/temp/c")) == sorted(os.listdir(tmp_path / "b.zarr/temp/c"))
+    assert (tmp_path / "a.zarr/temp/c/1/0/0").read_bytes() == (tmp_path / "b.zarr/temp/c/1/0/0").read_bytes()
+    check_reads(tmp_path / "a.zarr", ds)
+
+
+def test_metadata_in_one_batch_then_one_put_per_shard(where: dict[str, Any]) -> None:
+    ds = sample().chunk({"time": 8})
+    with request_counts() as counts:
+        write(where, ds, encoding={"temp": SHARDED}, consolidated=False)
+    puts = [key for _, kind, key in counts.keys if kind == "put"]
+    shards = [k for k in puts if k.startswith("temp/c/")]
+    assert sorted(shards) == [f"temp/c/{t}/0/0" for t in range(3)]  # 3 shards, one PUT each
+    documents = ["zarr.json"] + [f"{a}/zarr.json" for a in ("temp", "count", "flag", "time", "y", "x", "station")]
+    assert sorted(k for k in puts if k.endswith("zarr.json")) == sorted(documents)
+    assert all(k.endswith("zarr.json") for k in puts[:len(documents)])  # all metadata first, then data
+    check_reads(where["read"], sample(), **where["kwargs"])
+
+
+def test_one_dask_task_per_shard(tmp_path: Path) -> None:
+    """Writing runs exactly one write task per shard (dask chunk = shard here)."""
+    calls = []
+    seen = threading.Lock()
+    original = xarray_zarrmax.write.write_block
+
+    def counting(block: Any, write: Any, sink: Any, start: tuple[int, ...]) -> int:
+        with seen:
+            calls.append((write.path, start))
+        return original(block, write, sink, start)
+
+    ds = sample().drop_vars(["count", "flag"]).chunk({"time": 8})
+    import unittest.mock
+
+    with unittest.mock.patch.object(xarray_zarrmax.write, "write_block", counting):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
+    assert sorted(start for path, start in calls if path == "temp") == [(0, 0, 0), (8, 0, 0), (16, 0, 0)]
+    check_reads(tmp_path / "a.zarr", sample().drop_vars(["count", "flag"]))
+
+
+def test_each_write_task_depends_on_its_own_block_only(tmp_path: Path) -> None:
+    """A task must receive one block, never the whole array (a dask array inside a task's arguments would make
+    every task wait for, and hold, all of it)."""
+    from dask.core import get_dependencies
+
+    ds = sample().chunk({"time": 8})
+    delayed = xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, compute=False)
+    graph = dict(delayed.__dask_graph__())
+    tasks = [key for key in graph if str(key).startswith("write_block")]
+    # temp and count (8, 8, 4) and station; flag and the index coordinates are numpy: written at once, as
+    # Dataset.to_zarr does with compute=False
+    assert len(tasks) == 3 + 3 + 1
+    assert all(len(get_dependencies(graph, key)) == 1 for key in tasks)
+
+
+def test_tasks_run_in_other_processes(minio: MinioServer, bucket: str) -> None:
+    """Tasks pickle (sink with its credentials, codec with zarr's metadata) and write from spawned workers."""
+    url, so = f"s3://{bucket}/procs{next(_counter)}.zarr", minio.storage_options()
+    ds = sample().chunk({"time": 8})
+    delayed = xarray_zarrmax.to_zarr(ds, url, encoding={"temp": SHARDED}, storage_options=so, compute=False)
+    with dask.config.set(scheduler="processes", num_workers=2):
+        delayed.compute()
+    check_reads(url, sample(), oracle=s3_oracle(minio, url), storage_options=so)
+
+
+# -- chunk alignment --------------------------------------------------------------------------------------------
+
+
+def test_misaligned_dask_chunks_name_variable_dimension_and_sizes(tmp_path: Path) -> None:
+    ds = sample().chunk({"time": 5})
+    with pytest.raises(ValueError, match=r"variable 'temp'.*dimension 'time'.*\(5, 5, 5, 5\).*element 5.*8"):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
+    assert not (tmp_path / "a.zarr/zarr.json").exists()  # refused before anything was written
+
+
+def test_align_chunks_rechunks_to_shards(tmp_path: Path) -> None:
+    ds = sample().chunk({"time": 5})
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, align_chunks=True)
+    check_reads(tmp_path / "a.zarr", sample())
+
+
+# -- empty chunks -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("write_empty", [False, True])
+def test_write_empty_chunks(tmp_path: Path, write_empty: bool) -> None:
+    ds = sample()
+    ds["temp"][8:16] = np.nan  # the whole second shard holds the fill value
+    ds["temp"][0:2, :, :] = np.nan  # and the first shard's first inner chunks
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, write_empty_chunks=write_empty)
+    assert (tmp_path / "a.zarr/temp/c/1/0/0").exists() == write_empty
+    ds.to_zarr(tmp_path / "b.zarr", encoding={"temp": SHARDED}, write_empty_chunks=write_empty, zarr_format=3)
+    assert (tmp_path / "a.zarr/temp/c/0/0/0").read_bytes() == (tmp_path / "b.zarr/temp/c/0/0/0").read_bytes()
+    check_reads(tmp_path / "a.zarr", ds)
+
+
+def test_whole_shard_of_fill_values_deletes_it(where: dict[str, Any]) -> None:
+    ds = sample()
+    write(where, ds, encoding={"temp": SHARDED})
+    cleared = ds.isel(time=slice(8, 16))[["temp"]].copy(deep=True)
+    cleared["temp"][:] = np.nan
+    write(where, cleared.drop_vars(["time", "y", "x", "station"]), region={"time": slice(8, 16)})
+    expected = ds.copy(deep=True)
+    expected["temp"][8:16] = np.nan
+    check_reads(where["read"], expected, **where["kwargs"])
+    if where["target"].startswith("/"):
+        assert not os.path.exists(os.path.join(where["target"], "temp/c/1/0/0"))
+
+
+# -- regions, appends, overwrites -----------------------------------------------------------------------------
+
+
+def test_region_write_merges_partial_shards(where: dict[str, Any]) -> None:
+    ds = sample()
+    write(where, ds, encoding={"temp": SHARDED})
+    new = sample(nt=7, t0=100).isel(time=slice(0, 7))
+    part = new[["temp"]].drop_vars(["time", "y", "x", "station"])
+    write(where, part, region={"time": slice(5, 12)})  # ends of shard 0 and start of shard 1
+    expected = ds.copy(deep=True)
+    expected["temp"][5:12] = new["temp"].values
+    check_reads(where["read"], expected, **where["kwargs"])
+
+
+def test_region_auto(tmp_path: Path) -> None:
+    ds = sample()
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
+    part = ds.isel(time=slice(3, 9))[["temp"]].drop_vars(["station"]) * 2
+    part["temp"].attrs = ds["temp"].attrs
+    xarray_zarrmax.to_zarr(part, tmp_path / "a.zarr", region="auto", mode="r+")
+    expected = ds.copy(deep=True)
+    expected["temp"][3:9] = ds["temp"][3:9].values * 2
+    check_reads(tmp_path / "a.zarr", expected)
+
+
+def test_append_merges_the_last_partial_shard(where: dict[str, Any]) -> None:
+    first = sample(nt=12)
+    write(where, first.chunk({"time": 8}), encoding={"temp": SHARDED})
+    second = sample(nt=9, t0=12)
+    write(where, second.drop_vars(["flag", "y", "x", "station"]).chunk({"time": (4, 5)}), append_dim="time")
+    expected = xr.concat([first, second], dim="time", data_vars="minimal", coords="minimal", compat="override")
+    expected["flag"] = first["flag"]
+    check_reads(where["read"], expected, **where["kwargs"])
+
+
+def test_mode_w_replaces_everything(where: dict[str, Any]) -> None:
+    write(where, sample(), encoding={"temp": SHARDED})
+    other = xr.Dataset({"other": (("z",), np.arange(3.0))})
+    write(where, other, mode="w")
+    check_reads(where["read"], other, **where["kwargs"])
+
+
+def test_mode_w_minus_refuses_an_existing_store(tmp_path: Path) -> None:
+    xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr")
+    with pytest.raises(FileExistsError) as info:
+        xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr")
+    assert any(str(tmp_path / "a.zarr") in note for note in info.value.__notes__)
+
+
+def test_compute_false_writes_metadata_now_data_later(tmp_path: Path) -> None:
+    """As Dataset.to_zarr: metadata and numpy-backed variables now, dask arrays when computed."""
+    ds = sample().chunk({"time": 8})
+    ds["y"] = ds["y"].compute()
+    delayed = xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, compute=False)
+    assert (tmp_path / "a.zarr/temp/zarr.json").exists()
+    assert not (tmp_path / "a.zarr/temp/c").exists()
+    assert (tmp_path / "a.zarr/y/c/0").exists()  # numpy-backed: written now
+    assert delayed.compute() > 0
+    check_reads(tmp_path / "a.zarr", sample())
+
+
+# -- concurrent writers of the same shards -----------------------------------------------------------------------
+
+NWRITERS = 16
+CONC = {"chunks": (1, 6, 8), "shards": (8, 6, 8)}  # 16 time steps = 2 shards, 8 writers each
+
+
+def _base_for_concurrency() -> xr.Dataset:
+    return xr.Dataset({"v": (("time", "y", "x"), np.full((NWRITERS, NY, NX), -1.0))})
+
+
+def _one_step(t: int) -> xr.Dataset:
+    return xr.Dataset({"v": (("time", "y", "x"), np.full((1, NY, NX), float(t)))})
+
+
+def _expected_after_concurrency() -> xr.Dataset:
+    return xr.Dataset({"v": (("time", "y", "x"), np.repeat(np.arange(NWRITERS, dtype="f8"), NY * NX)
+                             .reshape(NWRITERS, NY, NX))})
+
+
+def _write_step(target: str, t: int, storage_options: dict[str, Any] | None) -> None:
+    xarray_zarrmax.to_zarr(_one_step(t), target, region={"time": slice(t, t + 1)}, storage_options=storage_options)
+
+
+def test_concurrent_partial_writers_lose_nothing_minio(minio: MinioServer, bucket: str) -> None:
+    """16 threads each write one time step; 8 share each shard, so every write is a read-merge-write
+    racing 7 others. Every value must be there."""
+    url, so = f"s3://{bucket}/conc{next(_counter)}.zarr", minio.storage_options()
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), url, encoding={"v": CONC}, storage_options=so)
+    start = threading.Barrier(NWRITERS)
+
+    def run(t: int) -> None:
+        start.wait()
+        _write_step(url, t, so)
+
+    with ThreadPoolExecutor(NWRITERS) as pool:
+        list(pool.map(run, range(NWRITERS)))
+    check_reads(url, _expected_after_concurrency(), oracle=s3_oracle(minio, url), storage_options=so)
+
+
+def test_concurrent_partial_writers_lose_nothing_local_processes(tmp_path: Path) -> None:
+    """The same from 4 processes of 4 threads each, into a local directory (locks across processes)."""
+    target = str(tmp_path / "a.zarr")
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), target, encoding={"v": CONC})
+    steps = [list(range(i, NWRITERS, 4)) for i in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.starmap(_write_steps_threaded, [(target, s) for s in steps])
+    check_reads(target, _expected_after_concurrency())
+
+
+def _write_steps_threaded(target: str, steps: list[int]) -> None:
+    with ThreadPoolExecutor(len(steps)) as pool:
+        list(pool.map(lambda t: _write_step(target, t, None), steps))
+
+
+def test_stale_etag_is_refused_so_merges_cannot_lose_data(minio: MinioServer, bucket: str) -> None:
+    """The interleaving that loses data without conditions, made deterministic: A reads, B writes, A writes.
+    With If-Match on the ETag A read, A's PUT is refused (and then merged again); an unconditional PUT
+    would have replaced B's write with A's stale merge. Measured here with the 16 writers of
+    test_concurrent_partial_writers_lose_nothing_minio and the PUTs made unconditional: 10 to 13 of the 16
+    time steps lost (3 runs each, twice), none with the conditions (zarr-python's to_zarr: 40 of 64 with 8
+    writers, see DESIGN.md)."""
+    from xarray_zarrmax.stores import s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/etag{next(_counter)}", minio.storage_options()))
+    from xarray_zarrmax._loop import run_sync
+
+    run_sync(sink.put_async("k", b"original"))
+    a_read = run_sync(sink.source._get_versioned("GET", "k", {}))
+    run_sync(sink.put_async("k", b"B's write"))
+    with pytest.raises(ObjectChanged):
+        run_sync(sink.put_async("k", b"A's stale merge", {"e_tag": a_read.version}))
+    with pytest.raises(ObjectChanged):  # If-None-Match: someone created it since A saw no object
+        run_sync(sink.put_async("k", b"A's first write", "create"))
+    assert bytes(run_sync(sink.source.get("k"))) == b"B's write"
+    sink.update("k", lambda stored: bytes(stored) + b" + A")
+    assert bytes(run_sync(sink.source.get("k"))) == b"B's write + A"
+
+
+def test_update_retries_after_losing_a_race(tmp_path: Path, minio: MinioServer, bucket: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that lands between our read and our conditional PUT makes us read and merge again."""
+    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.stores import s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/race{next(_counter)}", minio.storage_options()))
+    run_sync(sink.put_async("k", b"0"))
+    merges = []
+
+    def merge(stored: Any) -> bytes:
+        merges.append(bytes(stored))
+        if len(merges) == 1:
+            run_sync(sink.put_async("k", b"0 + other"))  # the other writer wins the race
+        return bytes(stored) + b" + mine"
+
+    sink.update("k", merge)
+    assert merges == [b"0", b"0 + other"]
+    assert bytes(run_sync(sink.source.get("k"))) == b"0 + other + mine"
+
+
+def test_conditional_put_applied_but_reported_failed_is_merged_again(minio: MinioServer, bucket: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server applied our conditional PUT, the connection broke before we heard: we read again, find
+    our own write, merge the same values again and PUT once more. Nothing is doubled or lost."""
+    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.stores import RequestFailed, s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/lost{next(_counter)}", minio.storage_options()))
+    run_sync(sink.put_async("k", b"ab"))
+    original = sinks.ObstoreSink.put_async
+    failed = []
+
+    async def applied_then_broken(self: Any, key: str, data: bytes, mode: Any = None) -> None:
+        await original(self, key, data, mode)
+        if mode is not None and not failed:
+            failed.append(key)
+            raise RequestFailed(f"PUT {key!r} on {self.label} failed: HTTP error: error sending request", None)
+
+    monkeypatch.setattr(sinks.ObstoreSink, "put_async", applied_then_broken)
+    seen = []
+
+    def set_second_letter(stored: Any) -> bytes:  # a merge: the same element set to the same value
+        seen.append(bytes(stored))
+        return bytes(stored)[:1] + b"X"
+
+    sink.update("k", set_second_letter)
+    assert failed == ["k"] and seen == [b"ab", b"aX"]
+    assert bytes(run_sync(sink.source.get("k"))) == b"aX"
+
+
+# -- failures -----------------------------------------------------------------------------------------------------
+
+
+def test_failed_local_write_leaves_the_old_object_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = sample()
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
+    shard = tmp_path / "a.zarr/temp/c/0/0/0"
+    before = shard.read_bytes()
+
+    def broken(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sinks.os, "replace", broken)
+    changed = ds[["temp"]].isel(time=slice(0, 8)).drop_vars(["time", "y", "x", "station"]) + 1
+    with pytest.raises(OSError, match="No space left") as info:
+        xarray_zarrmax.to_zarr(changed, tmp_path / "a.zarr", region={"time": slice(0, 8)})
+    notes = "\n".join(info.value.__notes__)
+    assert "temp/c/0/0/0" in notes and "array 'temp'" in notes and str(tmp_path) in notes
+    monkeypatch.undo()
+    assert shard.read_bytes() == before
+    assert not [p for p in shard.parent.iterdir() if p.name.endswith("zarrmax-tmp")]
+    check_reads(tmp_path / "a.zarr", ds)
+
+
+def test_errors_name_array_key_and_endpoint_never_the_secret(minio: MinioServer, bucket: str) -> None:
+    """A refused write says which array, object and endpoint, and no credential: not the secret key, not a
+    password in the endpoint URL."""
+    password = "endpoint-pa55word-xyz"
+    secret = "wrong-secret-key-0123456789"
+    endpoint = minio.endpoint.replace("http://", f"http://user:{password}@")
+    so = {**minio.storage_options(endpoint), "secret_access_key": secret}
+    with pytest.raises(Exception) as info:
+        xarray_zarrmax.to_zarr(sample(), f"s3://{bucket}/refused.zarr", storage_options=so)
+    texts = _all_text(info.value)
+    assert password not in texts and secret not in texts
+    assert f"s3://{bucket}/refused.zarr" in texts and f"127.0.0.1:{minio.port}" in texts
+
+
+def test_data_errors_name_the_array(minio: MinioServer, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xarray_zarrmax.stores import RequestFailed
+
+    original = sinks.ObstoreSink.put_async
+
+    async def failing(self: Any, key: str, data: bytes, mode: Any = None) -> None:
+        if key.startswith("temp/c/"):
+            raise RequestFailed(f"PUT {key!r} on {self.label} failed: simulated", 500)
+        await original(self, key, data, mode)
+
+    monkeypatch.setattr(sinks.ObstoreSink, "put_async", failing)
+    url = f"s3://{bucket}/fail{next(_counter)}.zarr"
+    with pytest.raises(RequestFailed) as info:
+        xarray_zarrmax.to_zarr(sample(), url, encoding={"temp": SHARDED}, storage_options=minio.storage_options())
+    texts = _all_text(info.value)
+    assert "array 'temp'" in texts and "'temp/c/" in texts and f"127.0.0.1:{minio.port}" in texts
+    assert minio.storage_options()["secret_access_key"] not in texts
+
+
+def _all_text(err: BaseException) -> str:
+    out, seen = [], set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out += [repr(e), str(e), *getattr(e, "__notes__", ())]
+        todo += [e.__cause__, e.__context__]
+    return "\n".join(out)
+
+
+def test_refuses_stores_it_cannot_write_safely(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="local path, an s3:// URL"):
+        xarray_zarrmax.to_zarr(sample(), {})
+    with pytest.raises(ValueError, match="format 3 only"):
+        xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr", zarr_format=2)
+
+
+# -- pure geometry --------------------------------------------------------------------------------------------
+
+
+def test_objects_for_block() -> None:
+    parts = list(objects_for_block((20,), (8,), (5,), (7,)))
+    assert [(p.coords, p.in_object, p.in_block, p.whole) for p in parts] == [
+        ((0,), (slice(5, 8),), (slice(0, 3),), False),
+        ((1,), (slice(0, 4),), (slice(3, 7),), False),
+    ]
+    edge = list(objects_for_block((20, 3), (8, 4), (16, 0), (4, 3)))
+    assert [(p.coords, p.whole) for p in edge] == [((2, 0), True)]  # the array ends inside the object
+    assert [p.coords for p in objects_for_block((), (), (), ())] == [()]
+    assert list(objects_for_block((5,), (2,), (0,), (0,))) == []
+
+
+def test_objects_for_block_cover_every_element_once() -> None:
+    for start, n in itertools.product(range(0, 12), range(1, 9)):
+        if start + n > 20:
+            continue
+        covered = np.zeros(20, int)
+        for p in objects_for_block((20,), (3,), (start,), (n,)):
+            lo = p.coords[0] * 3
+            covered[lo + p.in_object[0].start:lo + p.in_object[0].stop] += 1
+            assert p.in_block[0].stop - p.in_block[0].start == p.in_object[0].stop - p.in_object[0].start
+        assert covered.tolist() == [1 if start <= i < start + n else 0 for i in range(20)]
+
+
+def test_alignment_rules() -> None:
+    assert misaligned_boundary(0, (8, 8, 4), 8) is None
+    assert misaligned_boundary(5, (3, 8, 2), 8) is None  # edges inside shards are fine
+    assert misaligned_boundary(0, (5, 5), 8) == 5
+    assert aligned_chunks(5, 15, 8) == (3, 8, 4)
+    assert aligned_chunks(0, 16, 8) == (8, 8)
+    assert aligned_chunks(0, 0, 8) == (0,)
+    with pytest.raises(ValueError, match="'v'.*'t'"):
+        check_aligned("v", ("t",), (0,), ((5, 5),), (8,), "shard")
+
+
+def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
+    """The data tasks run on whatever scheduler is in force (here: synchronous, in this thread)."""
+    threads = set()
+    original = xarray_zarrmax.write.write_block
+
+    def recording(*args: Any) -> int:
+        threads.add(threading.get_ident())
+        return original(*args)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(xarray_zarrmax.write, "write_block", recording), \
+            dask.config.set(scheduler="synchronous"):
+        xarray_zarrmax.to_zarr(sample().chunk({"time": 8}), tmp_path / "a.zarr", encoding={"temp": SHARDED})
+    assert threads == {threading.get_ident()}
+
+
+def test_put_faults_are_retried_and_merges_stay_exact(minio: MinioServer, bucket: str, toxiproxy: Any) -> None:
+    """Responses cut short after the server applied the request (toxiproxy's limit_data on 30% of the
+    connections): the PUT is sent again, and a conditional one that now meets its own earlier write (412)
+    is read and merged again. Nothing is lost or doubled."""
+    from datetime import timedelta
+
+    name = f"write_{next(_counter)}"
+    endpoint = toxiproxy.proxy(name, minio.port)
+    so = {**minio.storage_options(endpoint), "timeout": "2s", "connect_timeout": "1s",
+          "retry_config": {"max_retries": 10, "retry_timeout": timedelta(seconds=20),
+                           "backoff": {"init_backoff": timedelta(milliseconds=10),
+                                       "max_backoff": timedelta(milliseconds=200), "base": 2}}}
+    url = f"s3://{bucket}/faults{next(_counter)}.zarr"
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), url, encoding={"v": CONC}, storage_options=so)
+    toxiproxy.add_toxic(name, "limit_data", toxicity=0.3, bytes=100)
+    with request_counts() as counts:
+        for t in range(NWRITERS):
+            _write_step(url, t, so)
+    assert counts.total("put") >= NWRITERS
+    direct = minio.storage_options()
+    check_reads(url, _expected_after_concurrency(), oracle=s3_oracle(minio, url), storage_options=direct)
+
+
+# -- Icechunk sessions ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["local", "minio"])
+def repo(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A fresh Icechunk repository on a local directory or on MinIO."""
+    icechunk = pytest.importorskip("icechunk")
+    if request.param == "local":
+        storage = icechunk.local_filesystem_storage(str(tmp_path / "repo"))
+    else:
+        minio: MinioServer = request.getfixturevalue("minio")
+        so = minio.storage_options()
+        storage = icechunk.s3_storage(
+            bucket=request.getfixturevalue("bucket"), prefix=f"ic{next(_counter)}", region="us-east-1",
+            endpoint_url=minio.endpoint, allow_http=True, force_path_style=True,
+            access_key_id=so["access_key_id"], secret_access_key=so["secret_access_key"])
+    return icechunk.Repository.create(storage)
+
+
+def check_icechunk_reads(repo: Any, expected: xr.Dataset) -> None:
+    """Both engines read the committed branch from a read-only session: engine="zarr" through its store,
+    engine="zarrmax" given the session itself."""
+    session = repo.readonly_session("main")
+    check_reads(session, expected, oracle=session.store, consolidated=False)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["numpy", "dask"])
+def test_icechunk_session_roundtrip_both_engines(repo: Any, chunked: bool) -> None:
+    ds = sample().chunk({"time": 8}) if chunked else sample()
+    session = repo.writable_session("main")
+    with request_counts() as counts:
+        xarray_zarrmax.to_zarr(ds, session, encoding={"temp": SHARDED})
+    shards = sorted(k for _, kind, k in counts.keys if kind == "put" and k.startswith("temp/c/"))
+    assert shards == [f"temp/c/{t}/0/0" for t in range(3)]  # one set per shard
+    assert session.has_uncommitted_changes  # written into the session, not committed: the caller commits
+    session.commit("write sample")
+    check_icechunk_reads(repo, sample())
+
+
+def test_icechunk_region_and_append_in_one_session(tmp_path: Path) -> None:
+    """A region that cuts shards and an append to a partial last shard, in the session that wrote the data and
+    before any commit: the merges read the session's own uncommitted shards (through the forks)."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    first = sample(nt=12)
+    xarray_zarrmax.to_zarr(first.chunk({"time": 8}), session, encoding={"temp": SHARDED})
+    new = sample(nt=7, t0=100)
+    xarray_zarrmax.to_zarr(new[["temp"]].drop_vars(["time", "y", "x", "station"]).chunk({"time": (3, 4)}),
+                           session, region={"time": slice(5, 12)})
+    second = sample(nt=9, t0=12)
+    xarray_zarrmax.to_zarr(second.drop_vars(["flag", "y", "x", "station"]).chunk({"time": (4, 5)}), session,
+                           append_dim="time")
+    session.commit("write, region, append")
+    expected = xr.concat([first, second], dim="time", data_vars="minimal", coords="minimal", compat="override")
+    expected["flag"] = first["flag"]
+    expected["temp"][5:12] = new["temp"].values
+    check_icechunk_reads(repo, expected)
+
+
+def test_icechunk_tasks_in_other_processes(tmp_path: Path) -> None:
+    """With the processes scheduler each task unpickles its own fork of the session, writes to it and sends it
+    back; the forks are merged into the session. Nothing written by a worker is lost."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    with dask.config.set(scheduler="processes", num_workers=2):
+        xarray_zarrmax.to_zarr(sample().chunk({"time": 8}), session, encoding={"temp": SHARDED})
+    session.commit("from workers")
+    check_icechunk_reads(repo, sample())
+
+
+def test_icechunk_compute_false_returns_the_fork_to_merge(tmp_path: Path) -> None:
+    """compute=False, then computed in worker processes: the result is the fork holding their writes, and the
+    session has none of the data until it is merged. Computed in this process: written into the session."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    delayed = xarray_zarrmax.to_zarr(sample().chunk({"time": 8}), session, encoding={"temp": SHARDED},
+                                     compute=False)
+    with dask.config.set(scheduler="processes", num_workers=2):
+        fork = delayed.compute()
+    assert isinstance(fork, icechunk.ForkSession)
+    assert not [k for k in _session_keys(session) if k.startswith("temp/c/")]  # the data is in the fork only
+    session.merge(fork)
+    session.commit("merged")
+    check_icechunk_reads(repo, sample())
+    session = repo.writable_session("main")
+    ds = sample() * 2
+    ds.attrs = sample().attrs
+    delayed = xarray_zarrmax.to_zarr(ds[["temp"]].chunk({"time": 8}), session, mode="a", compute=False)
+    assert delayed.compute() is None
+    session.commit("in this process")
+    expected = sample()
+    expected["temp"] = ds["temp"]
+    check_icechunk_reads(repo, expected)
+
+
+def _session_keys(session: Any) -> list[str]:
+    from xarray_zarrmax._loop import run_sync
+
+    async def keys() -> list[str]:
+        return [k async for k in session.store.list()]
+
+    return run_sync(keys())
+
+
+def _write_worker_part(fork: Any, t0: int, t1: int) -> Any:
+    part = sample().isel(time=slice(t0, t1))[["temp"]].drop_vars(["time", "y", "x", "station"])
+    xarray_zarrmax.to_zarr(part, fork, region={"time": slice(t0, t1)})
+    return fork
+
+
+def test_icechunk_distributed_forks_in_a_process_pool(tmp_path: Path) -> None:
+    """Icechunk's pattern for distributed writes: metadata from the coordinator, then one fork per worker
+    (pickled to a spawned process), each writing its own shards (a whole one, or the partial last one),
+    merged back and committed once."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    ds = sample()
+    ds["temp"] = ds["temp"].chunk({"time": 8})
+    xarray_zarrmax.to_zarr(ds, session, encoding={"temp": SHARDED}, compute=False)  # metadata, numpy variables
+    parts = [(0, 8), (8, 16), (16, 20)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        forks = pool.starmap(_write_worker_part, [(session.fork(), a, b) for a, b in parts])
+    session.merge(*forks)
+    session.commit("distributed")
+    check_icechunk_reads(repo, sample())
+
+
+def test_icechunk_forks_writing_one_shard_keep_only_the_last_merged(tmp_path: Path) -> None:
+    """What docs/writing.md says is not safe: two forks each writing part of the same shard. Each reads the
+    shard as of the fork, merges its part and sets the whole shard; Icechunk merges forks last-writer-wins,
+    so the first fork's part is lost, silently. (Pinned so that a change in Icechunk shows here.)"""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), session, encoding={"v": CONC})
+    a, b = session.fork(), session.fork()
+    xarray_zarrmax.to_zarr(_one_step(0), a, region={"time": slice(0, 1)})
+    xarray_zarrmax.to_zarr(_one_step(1), b, region={"time": slice(1, 2)})  # the same shard
+    session.merge(a, b)
+    session.commit("two forks, one shard")
+    got = xr.open_dataset(repo.readonly_session("main"), engine="zarrmax")["v"].values
+    assert (got[0] == -1).all() and (got[1] == 1).all()  # a's write is gone
+
+
+def test_icechunk_concurrent_sessions_writing_one_shard_conflict(tmp_path: Path) -> None:
+    """Two sessions (two processes' worth) that each write part of one shard: the second commit is refused
+    (Icechunk's conflict detection), and so is a rebase with ConflictDetector."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), session, encoding={"v": CONC})
+    session.commit("base")
+    a, b = repo.writable_session("main"), repo.writable_session("main")
+    xarray_zarrmax.to_zarr(_one_step(0), a, region={"time": slice(0, 1)})
+    xarray_zarrmax.to_zarr(_one_step(1), b, region={"time": slice(1, 2)})
+    a.commit("a")
+    with pytest.raises(icechunk.ConflictError):
+        b.commit("b")
+    with pytest.raises(icechunk.RebaseFailedError):
+        b.commit("b", rebase_with=icechunk.ConflictDetector())
+    # What docs/writing.md warns of: a solver that picks one version of a conflicting shard keeps b's whole
+    # shard, read before a's commit, so a's time step is lost.
+    b.commit("b", rebase_with=icechunk.BasicConflictSolver())
+    got = xr.open_dataset(repo.readonly_session("main"), engine="zarrmax")["v"].values
+    assert (got[0] == -1).all() and (got[1] == 1).all()
+
+
+def test_icechunk_threads_in_one_session_lose_nothing(tmp_path: Path) -> None:
+    """16 threads writing one time step each into two shards of one session: the in-process lock per object
+    serialises their read-merge-writes."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(_base_for_concurrency(), session, encoding={"v": CONC})
+    start = threading.Barrier(NWRITERS)
+
+    def run(t: int) -> None:
+        start.wait()
+        xarray_zarrmax.to_zarr(_one_step(t), session, region={"time": slice(t, t + 1)})
+
+    with ThreadPoolExecutor(NWRITERS) as pool:
+        list(pool.map(run, range(NWRITERS)))
+    session.commit("16 threads")
+    check_icechunk_reads(repo, _expected_after_concurrency())
+
+
+def test_icechunk_refuses_read_only_sessions_and_names_the_session(tmp_path: Path) -> None:
+    icechunk = pytest.importorskip("icechunk")
+    import pickle
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    with pytest.raises(ValueError, match="writable Icechunk session.*Got a read-only session at snapshot"):
+        xarray_zarrmax.to_zarr(sample(), repo.readonly_session("main"))
+    sink = sinks.resolve_sink(repo.writable_session("main"))
+    assert "branch 'main'" in sink.label
+    copy = pickle.loads(pickle.dumps(sink))  # a fork of the session, whose writes the task returns
+    assert isinstance(copy.session, icechunk.ForkSession) and copy.task_result() is copy.session
+    assert sink.task_result() is None
+
+
+# -- multipart uploads ---------------------------------------------------------------------------------------------
+
+
+def test_large_shards_go_multipart_merges_stay_single_part(minio: MinioServer, bucket: str) -> None:
+    """Above ``multipart_threshold`` (lowered to 6 MiB here) a shard is sent as a multipart upload of
+    ``split_size`` parts (MinIO's ETag of such an object ends in "-<parts>"); a conditional PUT (the merge of a
+    partly written shard) stays one request (a plain ETag), whatever its size. Both read back exactly."""
+    import obstore
+
+    n, shard = 2_000_000, 1_000_000  # two shards of about 7.6 MiB (random int64: zstd cannot shrink them)
+    values = np.random.default_rng(5).integers(0, 2**62, n, dtype="i8")
+    ds = xr.Dataset({"v": (("i",), values)})
+    url, so = f"s3://{bucket}/multipart{next(_counter)}.zarr", minio.storage_options()
+    store = minio.obstore(bucket, url.split("/", 3)[3])
+    encoding = {"v": {"chunks": (125_000,), "shards": (shard,)}}
+    with xarray_zarrmax.set_config(multipart_threshold=6 * 2**20, split_size=5 * 2**20):
+        xarray_zarrmax.to_zarr(ds.chunk({"i": shard}), url, encoding=encoding, storage_options=so)
+        etags = [obstore.head(store, f"v/c/{i}")["e_tag"].strip('"') for i in range(2)]
+        assert [e.rsplit("-", 1)[-1] for e in etags] == ["2", "2"], etags  # 5 MiB + the rest
+        new = np.random.default_rng(6).integers(0, 2**62, 499_990, dtype="i8")
+        part = xr.Dataset({"v": (("i",), new)})  # a region inside shard 0: read, merged, PUT conditionally
+        xarray_zarrmax.to_zarr(part, url, region={"i": slice(10, 500_000)}, storage_options=so)
+        etag = obstore.head(store, "v/c/0")["e_tag"].strip('"')
+        assert "-" not in etag and obstore.head(store, "v/c/0")["size"] > 6 * 2**20
+    expected = ds.copy(deep=True)
+    expected["v"][10:500_000] = new
+    check_reads(url, expected, oracle=s3_oracle(minio, url), storage_options=so)
+
+
+def test_icechunk_mode_w_replaces_everything(tmp_path: Path) -> None:
+    icechunk = pytest.importorskip("icechunk")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(sample(), session, encoding={"temp": SHARDED})
+    session.commit("first")
+    session = repo.writable_session("main")
+    other = xr.Dataset({"other": (("z",), np.arange(3.0))})
+    xarray_zarrmax.to_zarr(other, session, mode="w")
+    session.commit("replaced")
+    check_icechunk_reads(repo, other)
+    assert sorted(_session_keys(repo.readonly_session("main"))) == ["other/c/0", "other/zarr.json", "zarr.json"]

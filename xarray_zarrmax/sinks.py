@@ -1,0 +1,472 @@
+"""Write targets: put, delete and read-merge-write of whole objects, safe under concurrent writers.
+
+Three kinds, all picklable (a dask task on any worker rebuilds its sink):
+
+- `LocalSink`, a directory: each object is written to a temporary file beside it and renamed over it
+  (``os.replace`` is atomic), so a reader or a crash never sees half an object. Every replacement happens
+  under an exclusive ``flock`` of the object's directory, so a read-merge-write cannot lose an update made
+  between its read and its rename, by a thread or by another process.
+- `ObstoreSink`, an obstore store (S3, MinIO...): a PUT is atomic (so is a multipart upload, used for objects
+  above ``config.multipart_threshold``: the object appears when it completes). A read-merge-write PUTs with
+  ``If-Match`` on the ETag it read (``If-None-Match: *`` when there was no object), always in one request;
+  when another writer got there first (412), it reads again, merges again and retries. Failed requests are
+  retried by obstore (the store's retry config); retrying is idempotent, since a merge only ever writes the
+  same values over the same elements.
+- `IcechunkSink`, a writable Icechunk session (or a fork of one): objects go through the session's zarr store,
+  one ``set`` per shard; Icechunk writes the bytes and records the change, which becomes visible to others
+  only at ``commit``. Tasks in this process write into the session itself; a task pickled to another process
+  gets a fork of it (``Session.fork()``) and returns that fork, which is merged back once all are done.
+  A read-merge-write reads the session's own view (its uncommitted changes included) under an in-process
+  lock per object: Icechunk has no conditional ``set``, and two writers in one session are two threads of
+  one process. Forks are a different matter: two forks that
+  both write one shard are merged last-writer-wins, silently (see docs/writing.md).
+
+Sinks never import xarray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import accounting
+from ._loop import gather_or_cancel, run_sync
+from .config import get_config
+from .errors import StoreAccessError
+from .stores import (
+    Buffer,
+    ByteSource,
+    LocalSource,
+    ObjectChanged,
+    ObstoreSource,
+    RequestFailed,
+    ZarrStoreSource,
+    _checked_key,
+    _first_line,
+    _is_transient,
+)
+
+#: A merge: the stored bytes (None: no object) -> the bytes to store (None: store nothing; only allowed
+#: when there was no object, since a missing object cannot be deleted conditionally).
+Merge = Callable[[Buffer | None], bytes | None]
+
+#: Most attempts of one read-merge-write that keeps losing to other writers, and the longest pause between
+#: two; with N writers contending for one object, at least one wins each round, so N rounds suffice.
+MAX_ATTEMPTS = 64
+MAX_BACKOFF_S = 0.5
+
+#: S3's smallest part of a multipart upload (but the last), and how many parts of one upload are in flight.
+MIN_PART_SIZE = 5 * 2**20
+PART_CONCURRENCY = 12
+
+
+def _backoff(attempt: int) -> float:
+    # jittered, so writers that collided once do not collide again in lockstep
+    return min(0.005 * 2**attempt, MAX_BACKOFF_S) * (0.5 + random.random())
+
+
+class Sink:
+    """Interface. ``label`` names the store without secrets; sync methods are called from dask tasks, async
+    ones from the I/O loop (metadata batches)."""
+
+    label: str
+    source: ByteSource  # reads the same objects
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def update(self, key: str, merge: Merge) -> None:
+        """Replace the object at ``key`` by ``merge(stored bytes)``, without losing a concurrent update."""
+        raise NotImplementedError
+
+    def put_many(self, objects: dict[str, bytes]) -> None:
+        """Write every object at once (one concurrent batch where the store allows)."""
+        raise NotImplementedError
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object under ``prefix`` ("": the whole store)."""
+        raise NotImplementedError
+
+    #: Whether data tasks return something the caller must `collect` (see `task_result`).
+    collects = False
+
+    def collect(self, results: list[Any]) -> None:
+        """Take back what the data tasks return (`task_result` of each task's sink); nothing by default."""
+
+    def task_result(self) -> Any:
+        """What a data task returns besides its count, for `collect` (an Icechunk fork with its writes, where
+        the task ran on a copy of the sink pickled to another process)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.label!r})"
+
+
+class LocalSink(Sink):
+    """A directory on a local file system; see the module docstring."""
+
+    source: LocalSource
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.source = LocalSource(root)
+        self.label = self.source.label
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LocalSink, (str(self.source.root),))
+
+    def _path(self, key: str) -> str:
+        return self.source._path(key)
+
+    @contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        """An exclusive lock on the directory that holds ``path``: a lock file inside the store would show in
+        listings and copies. ``flock`` locks belong to the open file, so threads of one process exclude each
+        other as processes do."""
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _replace(self, path: str, data: bytes) -> None:
+        """Write beside ``path`` and rename over it: readers see the old object or the new one, never part."""
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.zarrmax-tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    @contextmanager
+    def _naming(self, what: str, key: str) -> Iterator[None]:
+        """OSError from the file system names the temporary file at most: say which object and store."""
+        try:
+            yield
+        except OSError as err:
+            err.add_note(f"while {what} {key!r} in {self.label}")
+            raise
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        with self._naming("writing", key), self._locked(path):
+            self._replace(path, data)
+        accounting.record(self.label, "put", key, len(data))
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        with self._naming("deleting", key), self._locked(path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        accounting.record(self.label, "delete", key)
+
+    def update(self, key: str, merge: Merge) -> None:
+        path = self._path(key)
+        with self._naming("updating", key), self._locked(path):
+            got = self.source.read(key)
+            new = merge(None if got is None else got.data)
+            if new is None:
+                if got is not None:
+                    raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
+                return
+            self._replace(path, new)
+        accounting.record(self.label, "put", key, len(new))
+
+    def put_many(self, objects: dict[str, bytes]) -> None:
+        for key, data in objects.items():  # local writes are fast and ordered; no loop needed
+            self.put(key, data)
+
+    def delete_prefix(self, prefix: str) -> None:
+        top = self._path(prefix) if prefix else str(self.source.root)
+        for dirpath, _, files in os.walk(top, topdown=False):
+            for name in files:
+                os.unlink(os.path.join(dirpath, name))
+            if dirpath != str(self.source.root):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:  # not empty: another writer is already filling it
+                    pass
+        accounting.record(self.label, "delete", prefix)
+
+
+class ObstoreSink(Sink):
+    """An obstore store; see the module docstring."""
+
+    source: ObstoreSource
+
+    def __init__(self, source: ObstoreSource) -> None:
+        self.source = source
+        self.label = source.label
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObstoreSink, (self.source,))
+
+    async def put_async(self, key: str, data: bytes, mode: Any = None) -> None:
+        """One PUT, or a multipart upload for an unconditional one larger than ``config.multipart_threshold``
+        (parts of ``config.split_size``, at least `MIN_PART_SIZE`, `PART_CONCURRENCY` at once, all under the
+        one request slot of this call). Both are atomic: a multipart object appears only when completed.
+        A conditional PUT is always one request: S3 takes If-Match / If-None-Match only on a single PUT (and
+        on the completion of a multipart upload, which obstore does not offer: its ``put`` with a ``mode``
+        other than "overwrite" falls back to a single PUT), so a merged shard is at most 5 GiB.
+
+        obstore retries what it deems safe to; an unconditional PUT that still fails on a transient error
+        (the connection broke after the request was sent) is sent again here, up to ``config.retries`` times:
+        the same bytes twice are the same object. A conditional one is not: `update` reads and merges again.
+        """
+        import obstore
+
+        _checked_key(self.source, key)
+        config = get_config()
+        kwargs: dict[str, Any] = {"use_multipart": False}
+        if mode is not None:
+            kwargs["mode"] = mode
+        elif len(data) > config.multipart_threshold:
+            kwargs = {"use_multipart": True, "chunk_size": max(config.split_size, MIN_PART_SIZE),
+                      "max_concurrency": PART_CONCURRENCY}
+        retries = config.retries if mode is None else 0
+        for attempt in range(retries + 1):
+            accounting.record(self.label, "put", key, len(data))
+            try:
+                await self.source._call("PUT", key, obstore.put_async, key, data, **kwargs)
+                return
+            except RequestFailed as err:
+                if attempt == retries or not _is_transient(err):
+                    raise
+            await asyncio.sleep(_backoff(attempt))
+
+    async def delete_async(self, key: str) -> None:
+        import obstore
+
+        _checked_key(self.source, key)
+        try:
+            await self.source._call("DELETE", key, obstore.delete_async, key)
+        except FileNotFoundError:
+            pass
+        accounting.record(self.label, "delete", key)
+
+    def put(self, key: str, data: bytes) -> None:
+        run_sync(self.put_async(key, data))
+
+    def delete(self, key: str) -> None:
+        run_sync(self.delete_async(key))
+
+    def update(self, key: str, merge: Merge) -> None:
+        for attempt in range(MAX_ATTEMPTS):
+            got = run_sync(self.source._get_versioned("GET", key, {}))
+            if got is not None and got.version is None:
+                raise StoreAccessError(f"{key!r} on {self.label}: the store returned no ETag, so a partial write "
+                                       "cannot be made safe against concurrent writers")
+            new = merge(None if got is None else got.data)  # CPU work: here, never on the I/O loop
+            if new is None:
+                if got is not None:
+                    raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
+                return
+            mode: Any = "create" if got is None else {"e_tag": got.version}
+            try:
+                run_sync(self.put_async(key, new, mode))
+                return
+            except ObjectChanged:
+                pass  # another writer won (or our own earlier attempt did): read that object and merge again
+            except RequestFailed as err:
+                if not _is_transient(err):
+                    raise
+                # the PUT may or may not have been applied: reading tells, and merging again is harmless
+            time.sleep(_backoff(attempt))
+        raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MAX_ATTEMPTS} attempts in a row lost "
+                               "to concurrent writers of the same object")
+
+    def put_many(self, objects: dict[str, bytes]) -> None:
+        run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
+
+    def delete_prefix(self, prefix: str) -> None:
+        run_sync(self._delete_prefix(prefix))
+
+    async def _delete_prefix(self, prefix: str) -> None:
+        import obstore
+
+        path = prefix.strip("/")
+        stream = obstore.list(self.source.store, path + "/" if path else None, chunk_size=1000)
+        batches = []
+        async for batch in stream:
+            accounting.record(self.label, "list", prefix)
+            batches.append([meta["path"] for meta in batch])
+        # one bulk DELETE per listed batch (S3 takes up to 1000 keys a request)
+        await gather_or_cancel(*(self.source._call("DELETE", prefix, obstore.delete_async, keys)
+                                 for keys in batches if keys))
+        for keys in batches:
+            for key in keys:
+                accounting.record(self.label, "delete", key)
+
+
+#: Read-merge-writes of one object within one process (one Icechunk session shared by threads) take the
+#: same lock: striped by (session, key), so memory stays bounded however many objects are written.
+_OBJECT_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+class IcechunkSink(Sink):
+    """A writable Icechunk ``Session`` or ``ForkSession``; see the module docstring."""
+
+    source: ZarrStoreSource
+
+    def __init__(self, session: Any) -> None:
+        if session.read_only:
+            raise ValueError("to_zarr needs a writable Icechunk session (Repository.writable_session(branch), or "
+                             f"a fork of one). Got a read-only session at snapshot {session.snapshot_id}.")
+        self.session = session
+        self._worker_copy = False
+        branch = getattr(session, "branch", None)
+        where = f"branch {branch!r}" if branch else "a fork"
+        self.label = f"Icechunk session ({where}, base snapshot {session.snapshot_id})"
+        self.source = ZarrStoreSource(session.store, self.label)
+
+    collects = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (to a worker process): a fresh fork, made now, so after the metadata batch. In this process
+        # the tasks write straight into the session, where the per-object lock covers every writer.
+        return (_worker_sink, (self.session.fork(),))
+
+    def _failure(self, what: str, key: str, err: BaseException) -> StoreAccessError:
+        return StoreAccessError(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
+                                f"{_first_line(err, self.source._secrets)}")
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        _checked_key(self.source, key)
+        accounting.record(self.label, "put", key, len(data))
+        failure = None
+        try:
+            await self.session.store.set(key, default_buffer_prototype().buffer.from_bytes(data))
+        except Exception as err:
+            failure = self._failure("SET", key, err)
+        if failure is not None:
+            raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+    async def _delete_async(self, key: str, prefix: bool = False) -> None:
+        _checked_key(self.source, key)
+        failure = None
+        try:
+            if prefix:
+                await self.session.store.delete_dir(key.strip("/"))
+            else:
+                await self.session.store.delete(key)
+        except FileNotFoundError:
+            pass
+        except Exception as err:
+            failure = self._failure("DELETE", key, err)
+        if failure is not None:
+            raise failure
+        accounting.record(self.label, "delete", key)
+
+    def put(self, key: str, data: bytes) -> None:
+        run_sync(self.put_async(key, data))
+
+    def delete(self, key: str) -> None:
+        run_sync(self._delete_async(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        run_sync(self._delete_async(prefix, prefix=True))
+
+    def put_many(self, objects: dict[str, bytes]) -> None:
+        run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
+
+    def update(self, key: str, merge: Merge) -> None:
+        with _OBJECT_LOCKS[hash((id(self.session), key)) % len(_OBJECT_LOCKS)]:
+            got = run_sync(self.source.get(key))
+            new = merge(got)
+            if new is None:
+                if got is not None:
+                    raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
+                return
+            self.put(key, new)
+
+    def task_result(self) -> Any:
+        return self.session if self._worker_copy else None
+
+    def collect(self, results: list[Any]) -> None:
+        fork = merge_forks(results)
+        if fork is not None:
+            self.session.merge(fork)
+
+
+def _worker_sink(fork: Any) -> IcechunkSink:
+    sink = IcechunkSink(fork)
+    sink._worker_copy = True  # its writes go back to the caller in the task's result
+    return sink
+
+
+def merge_forks(forks: list[Any]) -> Any:
+    """One fork holding the writes of all ``forks`` (distinct objects; the same one given twice counts once)."""
+    unique = list({id(f): f for f in forks if f is not None}.values())
+    if not unique:
+        return None
+    first, rest = unique[0], unique[1:]
+    if rest:
+        first.merge(*rest)
+    return first
+
+
+def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> Sink:
+    """Where `to_zarr` writes: a local path or ``file://`` URL (created if missing), an ``s3://`` URL (options as
+    for reading, see `xarray_zarrmax.stores.obstore_s3_options`), an obstore store, zarr's ``ObjectStore`` or
+    ``LocalStore``, a writable Icechunk ``Session`` or ``ForkSession`` (or its ``IcechunkStore``). Anything else
+    raises TypeError: it would be written by zarr-python, without our
+    guarantees, so say so rather than do it silently."""
+    from .stores import _no_storage_options, _scheme, s3_store_from_url
+
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if isinstance(target, str):
+        scheme = _scheme(target)
+        if scheme == "s3":
+            return ObstoreSink(s3_store_from_url(target, storage_options))
+        if scheme in ("", "file"):
+            _no_storage_options(storage_options, "a local path")
+            path = os.path.abspath(os.path.expanduser(target.split("://", 1)[1] if scheme else target))
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise FileExistsError(f"expected a directory to write a Zarr store to. Got a file: {path!r}")
+            os.makedirs(path, exist_ok=True)
+            return LocalSink(path)
+        raise TypeError(f"to_zarr writes to local paths and s3:// URLs (or obstore stores). Got a {scheme!r} URL.")
+    _no_storage_options(storage_options, f"a {type(target).__name__}")
+    if isinstance(target, ObstoreSource):
+        return ObstoreSink(target)
+    module = type(target).__module__ or ""
+    if module.startswith("obstore"):
+        return ObstoreSink(ObstoreSource(target))
+    if module.startswith("icechunk") and hasattr(target, "fork") and hasattr(target, "store"):
+        return IcechunkSink(target)
+    if module.startswith("icechunk") and hasattr(target, "session") and hasattr(target, "set"):
+        return IcechunkSink(target.session)  # an IcechunkStore: the session it writes through
+    from zarr.storage import LocalStore, ObjectStore
+
+    if isinstance(target, ObjectStore):
+        return ObstoreSink(ObstoreSource(target.store))
+    if isinstance(target, LocalStore):
+        os.makedirs(target.root, exist_ok=True)
+        return LocalSink(target.root)
+    raise TypeError("to_zarr writes to a local path, an s3:// URL, an obstore store, zarr's ObjectStore or "
+                    "LocalStore, or a writable Icechunk session. "
+                    f"Got {type(target).__module__}.{type(target).__qualname__} instead.")

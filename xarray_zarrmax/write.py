@@ -1,0 +1,326 @@
+"""``to_zarr``: write a Dataset as Zarr v3, one dask task and one PUT per shard, safe under concurrent writers.
+
+Three steps:
+
+1. Metadata is decided by xarray and zarr-python themselves (`xarray_zarrmax._staging`): xarray's own Zarr
+   writer runs against a store that reads the target and keeps every change in memory, with a writer that
+   records what data goes where instead of writing it. So CF encoding, fill values, attributes, dimension
+   names, region checks and appends mean exactly what they mean in ``Dataset.to_zarr``.
+2. Every changed metadata document (the group's and each array's ``zarr.json``, consolidated metadata) is
+   sent in one concurrent batch.
+3. Data: one dask task per shard (a chunk when unsharded), or per dask chunk where a chunk spans several
+   shards. A task encodes its shards with zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends
+   each in one PUT. A shard only partly covered (a region's or an append's edge) is read, merged and written
+   back conditionally (`xarray_zarrmax.sinks`), so concurrent writers of one shard never lose data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ._loop import gather_or_cancel, run_sync
+from .sinks import Sink, resolve_sink
+from .write_codec import ObjectCodec
+from .write_plan import aligned_chunks, check_aligned, objects_for_block
+
+if TYPE_CHECKING:
+    from ._staging import StagingStore  # imports zarr: only when writing
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTarget:
+    """Where one array's objects go and how they are encoded: what each write task carries (small, picklable;
+    never the data, which dask hands to each task block by block)."""
+
+    path: str  # the array's path in the store
+    codec: ObjectCodec
+    fresh: bool  # the array did not exist before this call: no stored object to delete or merge with
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.codec.metadata.shape)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        names = self.codec.metadata.dimension_names
+        return tuple(str(n) for n in names) if names else tuple(f"dim_{i}" for i in range(len(self.shape)))
+
+    @property
+    def kind(self) -> str:
+        return "shard" if self.codec.metadata.sharding_codec is not None else "chunk"
+
+    def key(self, coords: tuple[int, ...]) -> str:
+        chunk_key = self.codec.metadata.encode_chunk_key(coords)
+        return f"{self.path}/{chunk_key}" if self.path else chunk_key
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayWrite:
+    """One variable's data (numpy or dask, already CF-encoded by xarray) and where in which array it goes."""
+
+    target: ArrayTarget
+    data: Any
+    start: tuple[int, ...]
+
+
+class _Recorder:
+    """Stands in for xarray's ArrayWriter: records each variable's data and target instead of writing."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Any, Any, tuple[slice, ...]]] = []
+
+    def add(self, source: Any, target: Any, region: tuple[slice, ...] | None = None) -> None:
+        self.writes.append((source, target, tuple(region) if region else ()))
+
+
+WriteMode = Literal["w", "w-", "a", "a-", "r+"]
+
+
+def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str | None,
+           encoding: Mapping[str, Any] | None, consolidated: bool | None, region: Any, append_dim: Hashable | None,
+           write_empty_chunks: bool) -> _Recorder:
+    """Run xarray's own Zarr writer against ``staging``: its metadata lands there, its data in the recorder."""
+    from xarray.backends.writers import _validate_dataset_names, dump_to_store, get_writable_zarr_store
+
+    _validate_dataset_names(ds)
+    for v in ds.variables.values():
+        if v.size == 0:
+            v.load()  # as Dataset.to_zarr: dask cannot store zero-length arrays
+    zstore = get_writable_zarr_store(
+        staging, mode=mode, group=group, consolidated=consolidated, append_dim=append_dim, region=region,
+        safe_chunks=False,  # our own check below: partial shards are safe here, split shards are not
+        zarr_format=3, write_empty_chunks=write_empty_chunks,
+    )
+    ds = zstore._validate_and_autodetect_region(ds)
+    zstore._validate_encoding(encoding or {})
+    recorder = _Recorder()
+    dump_to_store(ds, zstore, recorder, encoding=dict(encoding or {}))
+    return recorder
+
+
+def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks: bool) -> list[ArrayWrite]:
+    paths = [target.path for _, target, _ in recorder.writes]
+    existed = run_sync(gather_or_cancel(*(_existed(staging, p) for p in paths)))  # one concurrent batch
+    out = []
+    for (source, target, region), before in zip(recorder.writes, existed, strict=True):
+        metadata = target.metadata
+        if metadata.zarr_format != 3:
+            raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
+        shape = tuple(metadata.shape)
+        start = tuple(r.indices(n)[0] for r, n in zip(region, shape, strict=True)) if region else (0,) * len(shape)
+        codec = ObjectCodec(metadata, write_empty_chunks)
+        out.append(ArrayWrite(ArrayTarget(target.path, codec, not before), source, start))
+    return out
+
+
+async def _existed(staging: StagingStore, path: str) -> bool:
+    """Whether the array was in the target before this call (and was not deleted by it)."""
+    key = f"{path}/zarr.json" if path else "zarr.json"
+    if staging.base is None or staging._hidden(key):
+        return False
+    return bool(await staging.base.exists(key))
+
+
+def _commit_metadata(sink: Sink, staging: StagingStore) -> None:
+    """Deletions first (mode "w"), then every changed metadata document in one concurrent batch."""
+    for prefix in staging.deleted_prefixes:
+        sink.delete_prefix(prefix)
+    written = staging.written
+    for key in sorted(staging.deleted_keys - set(written)):
+        sink.delete(key)
+    sink.put_many(written)
+
+
+# -- data ----------------------------------------------------------------------------------------------------
+
+
+def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
+    """The data as a dask array whose chunks each cover whole objects (but at the written range's edges)."""
+    import dask.array as da
+    from dask.base import is_dask_collection
+
+    target, data = write.target, write.data
+    object_shape = target.codec.object_shape
+    if not is_dask_collection(data):
+        values = np.asarray(data)
+        chunks = tuple(aligned_chunks(a, n, s) for a, n, s in zip(write.start, values.shape, object_shape, strict=True))
+        # a name of our own: dask would otherwise hash every byte of the array to name it
+        return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{uuid.uuid4().hex}")
+    if align_chunks:
+        try:
+            check_aligned(target.path, target.dims, write.start, data.chunks, object_shape, target.kind)
+        except ValueError:
+            data = data.rechunk(tuple(aligned_chunks(a, n, s)
+                                      for a, n, s in zip(write.start, data.shape, object_shape, strict=True)))
+    check_aligned(target.path, target.dims, write.start, data.chunks, object_shape, target.kind)
+    return data
+
+
+def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> int:
+    """Write one dask block: every object it covers whole in one PUT each (concurrently), every object it
+    covers in part by a conditional read-merge-write. Returns the number of objects touched."""
+    values = np.asarray(block, dtype=write.codec.dtype)
+    codec = write.codec
+    puts: dict[str, bytes] = {}
+    deletes: list[str] = []
+    touched = 0
+    for part in objects_for_block(write.shape, codec.object_shape, start, values.shape):
+        touched += 1
+        key = write.key(part.coords)
+        try:
+            if part.whole:
+                encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+                if encoded is not None:
+                    puts[key] = encoded
+                elif not write.fresh:
+                    deletes.append(key)  # it may hold older data; a new array has nothing to delete
+            else:
+                sink.update(key, _merger(codec, values[part.in_block], part.in_object))
+        except Exception as err:
+            err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
+            raise
+    try:
+        sink.put_many(puts)
+        for key in deletes:
+            sink.delete(key)
+    except Exception as err:
+        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
+        raise
+    return touched
+
+
+def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice, ...],
+                 in_block: tuple[slice, ...]) -> np.ndarray:
+    """The object's full-shape array: the block's part, padded with the fill value beyond the array's edge."""
+    part = values[in_block]
+    if part.shape == codec.object_shape:
+        return part
+    out = codec.empty()
+    out[in_object] = part
+    return out
+
+
+def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...]) -> Any:
+    def merge(stored: Any) -> bytes | None:
+        values = codec.empty() if stored is None else codec.decode(stored)
+        values[in_object] = part
+        # An object that existed is replaced, even by fill values only: deleting it could not be made
+        # conditional, and a concurrent writer's data would be lost.
+        return codec.encode(values, keep_empty=stored is not None)
+
+    return merge
+
+
+def _write_block_collecting(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> tuple[int, Any]:
+    """`write_block`, returning also what the caller must collect (an Icechunk fork holding the writes)."""
+    return write_block(block, write, sink, start), sink.task_result()
+
+
+def _block_tasks(write: ArrayWrite, data: Any, sink: Sink, collecting: bool) -> list[Any]:
+    import dask
+
+    offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) if c else np.zeros(1, int) for c in data.chunks]
+    blocks = data.to_delayed()
+    task = dask.delayed(_write_block_collecting if collecting else write_block, pure=False)
+    out = []
+    for index in np.ndindex(blocks.shape):
+        start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
+        out.append(task(blocks[index], write.target, sink, start))
+    return out
+
+
+def _done(*counts: int) -> int:
+    return int(sum(counts))
+
+
+def _done_collecting(*results: tuple[int, Any]) -> Any:
+    """The forks that tasks in other processes wrote to, merged into one (on whichever worker runs this), or
+    None where every task wrote in the caller's process."""
+    from .sinks import merge_forks
+
+    return merge_forks([fork for _, fork in results])
+
+
+def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
+            group: str | None = None, encoding: Mapping[str, Any] | None = None, consolidated: bool | None = None,
+            region: Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None = None,
+            append_dim: Hashable | None = None, zarr_format: int = 3,
+            storage_options: dict[str, Any] | None = None, compute: bool = True, write_empty_chunks: bool = False,
+            align_chunks: bool = False) -> Any:
+    """Write ``ds`` to a Zarr v3 store: one dask task and one PUT per shard.
+
+    Arguments mean what they mean in ``xarray.Dataset.to_zarr``; what differs:
+
+    Parameters
+    ----------
+    ds
+        The Dataset.
+    store
+        A local path or ``file://`` URL, an ``s3://`` URL (with ``storage_options`` by obstore's or s3fs's
+        names), an obstore store, zarr's ``ObjectStore`` / ``LocalStore``, or a writable Icechunk ``Session``
+        or ``ForkSession``: the writes land in the session, uncommitted (commit it yourself). Data tasks that
+        run in another process write to forks of it, merged back into it when all are done.
+    mode
+        As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
+    zarr_format
+        3 only.
+    compute
+        False: metadata and the variables that are not dask arrays are written now (as ``Dataset.to_zarr``
+        does), dask arrays when the returned ``dask.delayed`` object is computed. For an
+        Icechunk session, computing it returns the ``ForkSession`` holding the writes made in other processes
+        (merge it, ``session.merge(fork)``, before committing), or None where every task ran in this process
+        and wrote into the session itself.
+    write_empty_chunks
+        False (as zarr-python's default): chunks (and shards) holding only the fill value are not stored.
+    align_chunks
+        Dask chunks must not split a shard (two tasks would write the same object): ValueError naming the
+        variable, dimension and sizes, unless this is True, which rechunks to one dask chunk per shard.
+        Shards only partly covered by the written range (edges of a region or an append) are fine either way:
+        they are read, merged and written back conditionally.
+
+    Returns
+    -------
+    None, or with ``compute=False`` a ``dask.delayed`` object that writes the data (and returns the number of
+    stored objects written; for an Icechunk session, the fork to merge or None).
+    """
+    if zarr_format != 3:
+        raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
+    import dask
+    from dask.base import is_dask_collection
+
+    from ._staging import StagingStore
+
+    sink = resolve_sink(store, storage_options)
+    staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
+    try:
+        recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
+                          region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
+    except Exception as err:
+        err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
+        raise
+    writes = _array_writes(recorder, staging, write_empty_chunks)
+    arrays = [_as_dask(w, align_chunks) for w in writes]  # alignment errors before any write
+    _commit_metadata(sink, staging)
+    collecting = sink.collects
+    done = _done_collecting if collecting else _done
+    # As Dataset.to_zarr: with compute=False, variables that are not dask arrays are written now all the same
+    now: list[list[Any]] = []
+    later: list[list[Any]] = []
+    for w, a in zip(writes, arrays, strict=True):
+        (later if compute or is_dask_collection(w.data) else now).append(_block_tasks(w, a, sink, collecting))
+    if now:
+        result = dask.delayed(done, pure=False)(*[t for ts in now for t in ts]).compute()
+        if collecting:
+            sink.collect([result])
+    delayed = dask.delayed(done, pure=False)(*[t for ts in later for t in ts])
+    if not compute:
+        return delayed
+    result = delayed.compute()
+    if collecting:
+        sink.collect([result])
+    return None

@@ -1,0 +1,89 @@
+"""Encoding (and, for merges, decoding) of one stored object with zarr-python's own codecs, synchronously.
+
+zarr-python >= 3.4 runs its codec chains without an event loop (``ChunkTransform``). Using them means every
+object we write is byte-for-byte what zarr-python writes for the same array: the sharding codec lays out
+the inner chunks and the shard index (with its crc32c), elides empty inner chunks, and any codec zarr knows
+works. The compressors (zstd, blosc, gzip) release the GIL, so shards encode in parallel on dask's threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .errors import MetadataError
+
+
+@dataclass(frozen=True)
+class ObjectCodec:
+    """How to turn the full-shape array of one stored object (a shard, or a chunk when unsharded) into bytes
+    and back. Picklable: it carries the array's metadata and rebuilds zarr's transform where it runs."""
+
+    metadata: Any  # zarr.core.metadata.v3.ArrayV3Metadata
+    write_empty_chunks: bool
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectCodec, (self.metadata, self.write_empty_chunks))  # not the cached transform
+
+    @property
+    def object_shape(self) -> tuple[int, ...]:
+        """The shape of the array each stored object holds (a shard's, or a chunk's)."""
+        return object_shape(self.metadata)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.metadata.dtype.to_native_dtype())
+
+    @cached_property
+    def fill_value(self) -> Any:
+        return self.metadata.fill_value
+
+    def spec(self, write_empty_chunks: bool | None = None) -> Any:
+        from zarr.core.array_spec import ArrayConfig, ArraySpec
+        from zarr.core.buffer import default_buffer_prototype
+
+        empty = self.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+        return ArraySpec(shape=self.object_shape, dtype=self.metadata.dtype, fill_value=self.metadata.fill_value,
+                         config=ArrayConfig("C", empty), prototype=default_buffer_prototype())
+
+    @cached_property
+    def _transform(self) -> Any:
+        from zarr.core.chunk_utils import ChunkTransform, evolve_codecs
+
+        return ChunkTransform(codecs=evolve_codecs(self.metadata.codecs, self.spec()))
+
+    def empty(self) -> np.ndarray:
+        """A full-shape array of the fill value: what an object holds where nothing was written."""
+        return np.full(self.object_shape, self.fill_value, dtype=self.dtype)
+
+    def encode(self, values: np.ndarray, *, keep_empty: bool = False) -> bytes | None:
+        """The stored bytes of an object holding ``values`` (full object shape), or None when, with
+        ``write_empty_chunks=False``, it is all fill value and must not be stored. ``keep_empty`` stores it
+        even then (a merge that cleared an object replaces it conditionally rather than deleting it)."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.chunk_utils import encode_or_elide_chunk
+
+        spec = self.spec(True if keep_empty else None)
+        nd = default_buffer_prototype().nd_buffer.from_numpy_array(np.ascontiguousarray(values, dtype=self.dtype))
+        encoded = encode_or_elide_chunk(nd, spec, self._transform.encode_chunk)
+        return None if encoded is None else encoded.to_bytes()
+
+    def decode(self, data: Any) -> np.ndarray:
+        """The full-shape array a stored object holds (a writable copy)."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        buf = default_buffer_prototype().buffer.from_bytes(bytes(memoryview(data).cast("B")))
+        out = self._transform.decode_chunk(buf, self.spec()).as_numpy_array()
+        return np.array(out, dtype=self.dtype, copy=True)
+
+
+def object_shape(metadata: Any) -> tuple[int, ...]:
+    """The shape of one stored object of a Zarr v3 array on a regular grid (a shard, or a chunk)."""
+    from zarr.core.metadata.v3 import RegularChunkGridMetadata
+
+    if not isinstance(metadata.chunk_grid, RegularChunkGridMetadata):
+        raise MetadataError(f"writing is supported for regular chunk grids only. Got {metadata.chunk_grid!r}.")
+    return tuple(metadata.chunk_grid.chunk_shape)
