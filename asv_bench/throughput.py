@@ -6,7 +6,8 @@
 Layouts (issue "Throughput"): 1-D int64 random data (incompressible, zstd) in 0.8, 3 and 12.5 MB chunks, and
 1 MB chunks in 64 MB shards; a 3-D float32 (time, lat, lon) cube of smooth data with zstd in 64 MB shards.
 For each layout and store, in the same run and with the repeats interleaved (repeat i of every stack before
-repeat i + 1 of any, so a busy spell of this shared machine hits every stack alike):
+repeat i + 1 of any, so a busy spell of this shared machine hits every stack alike; each round in another
+order):
 
 - raw ceiling: every stored object read whole, no decode (16 threads of file reads, or obstore GETs with
   128 in flight);
@@ -190,8 +191,12 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         runs[key] = lambda reader=reader: reader(where)
     del expected
     times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(repeat):
-        for key, fn in runs.items():
+    order = list(runs.items())
+    for i in range(repeat):
+        # Each round starts one stack later: a stack can slow the one after it (right after a TensorStore
+        # read, zarrmax's next read ran at 0.94 GB/s instead of 2.3 GB/s here, page cache intact, no CPU
+        # left busy), so no stack always follows the same one.
+        for key, fn in order[i % len(order):] + order[:i % len(order)]:
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
