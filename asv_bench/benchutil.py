@@ -19,3 +19,17 @@ def median_time(fn: Callable[[], Any], repeat: int, *, warmup: bool = True) -> f
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def start_minio(bucket: str) -> tuple[Any, str] | None:
+    """A MinIO server with ``bucket`` made, or None (and a hint on stderr) when its binary is not installed."""
+    import sys
+
+    from xarray_zarrmax.testing import MinioServer, minio_binary
+
+    binary = minio_binary()
+    if binary is None:
+        print("MinIO not found: run `bash ci/install_services.sh`", file=sys.stderr)
+        return None
+    server = MinioServer(binary).start()
+    return server, server.make_bucket(bucket)

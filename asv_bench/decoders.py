@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from benchutil import median_time  # noqa: E402
 from throughput import Layout  # noqa: E402
 
 CORES = os.cpu_count() or 1
@@ -143,24 +142,14 @@ def run_layout(layout: Layout, mib: int, repeat: int) -> list[dict[str, Any]]:
             serial()
             if not all(np.array_equal(o, p) for o, p in zip(outs, pieces, strict=True)):
                 raise AssertionError(f"{name} decoded wrong values on {layout.name}")
-            t1 = _median(serial, repeat)
-            tn = _median(parallel, repeat)
+            t1 = median_time(serial, repeat)
+            tn = median_time(parallel, repeat)
             rows.append({"layout": layout.name, "codec": family, "decoder": name, "into": into,
                          "ratio": ratio, "chunk_bytes": pieces[0].nbytes, "nbytes": nbytes,
                          "one_thread_gbps": nbytes / t1 / 1e9, "all_cores_gbps": nbytes / tn / 1e9,
                          "scaling": t1 / tn})
             print(_row(rows[-1]), file=sys.stderr, flush=True)
     return rows
-
-
-def _median(fn: Callable[[], None], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _row(r: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import peers  # noqa: E402
+from benchutil import start_minio  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -210,7 +211,7 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
 def main(argv: list[str] | None = None) -> int:
     import zarr
 
-    from xarray_zarrmax.testing import ACCESS_KEY, SECRET_KEY, MinioServer, minio_binary
+    from xarray_zarrmax.testing import ACCESS_KEY, SECRET_KEY
 
     parser = argparse.ArgumentParser(description="read throughput benchmark: zarrmax, its peers, the limits")
     parser.add_argument("--mib", type=int, default=512, help="size of each array (MiB)")
@@ -230,12 +231,10 @@ def main(argv: list[str] | None = None) -> int:
 
     minio = None
     if "minio" in stores:
-        binary = minio_binary()
-        if binary is None:
-            print("MinIO not found: run `bash ci/install_services.sh`", file=sys.stderr)
+        started = start_minio("throughput")
+        if started is None:
             return 2
-        minio = MinioServer(binary).start()
-        bucket = minio.make_bucket("throughput")
+        minio, bucket = started
     tmp = Path(tempfile.mkdtemp(prefix="zarrmax-throughput-"))
     rows: list[dict[str, Any]] = []
     try:

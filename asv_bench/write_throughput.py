@@ -342,7 +342,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xarray_zarrmax.testing import MinioServer, minio_binary
+    from benchutil import start_minio
 
     parser = argparse.ArgumentParser(description="write throughput benchmark")
     parser.add_argument("--mib", type=int, default=512, help="size of each array (MiB)")
@@ -370,12 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     try:
         if "minio" in stores:
-            binary = minio_binary()
-            if binary is None:
-                print("MinIO not found: run `bash ci/install_services.sh`", file=sys.stderr)
+            started = start_minio(BUCKET)
+            if started is None:
                 return 2
-            minio = MinioServer(binary).start()
-            minio.make_bucket(BUCKET)
+            minio = started[0]
         for index, layout in chosen:
             for kind in stores:
                 options = None if minio is None or kind == "local" else minio.storage_options()

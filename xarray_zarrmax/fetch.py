@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Coroutine, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -220,10 +220,7 @@ def _place_all(plan: ArrayPlan, out: np.ndarray, work: Sequence[Work]) -> None:
         _place(plan, out, w)
 
 
-_T = TypeVar("_T")
-
-
-def _batches(work: list[_T], parts: int) -> list[list[_T]]:
+def _batches[T](work: list[T], parts: int) -> list[list[T]]:
     """``work`` in at most ``parts`` batches of (nearly) equal length, in order."""
     parts = max(1, min(parts, len(work)))
     size, extra = divmod(len(work), parts)
