@@ -2,7 +2,7 @@
 
     .venv/bin/python asv_bench/performance_doc.py [--quick] [--out docs/performance.md]
 
-Runs open_latency.py, open_chunks.py, throughput.py (with the plot and peak memory), decoders.py, distributed_read.py,
+Runs open_latency.py, open_chunks.py, throughput.py (with the plot and peak memory), decoders.py, write_throughput.py, distributed_read.py,
 load_async.py and gpu_pipeline.py (whose rows read "not yet measured" without a GPU), then appends the asv
 suite's latest saved results through perf_report.py. Each section carries the exact
 command that produced it, so any table can be rerun alone. Takes about 20 minutes on a 2-core machine
@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
          ["asv_bench/throughput.py", *mib, *repeat, "--peakmem", "--plot", "docs/throughput.png",
           "--json", "docs/throughput.json"]),
         ("Decode ceiling per decoder", ["asv_bench/decoders.py", *repeat]),
+        ("Write throughput per layout: local disk and MinIO",
+         ["asv_bench/write_throughput.py", *mib, *repeat, "--json", "docs/write_throughput.json", "--plot",
+          "docs/write_throughput.png"]),
         ("dask.distributed against the threaded scheduler", ["asv_bench/distributed_read.py", *mib, *repeat]),
         ("Async loading: many variables behind a 20 ms proxy", ["asv_bench/load_async.py", *repeat]),
         ("GPU: seed 004's workload", ["asv_bench/gpu_pipeline.py", *repeat]),
