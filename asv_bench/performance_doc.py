@@ -2,8 +2,9 @@
 
     .venv/bin/python asv_bench/performance_doc.py [--quick] [--out docs/performance.md]
 
-Runs open_latency.py, open_chunks.py, throughput.py (with the plot and peak memory), decoders.py, write_throughput.py, distributed_read.py,
-load_async.py and gpu_pipeline.py (whose rows read "not yet measured" without a GPU), then appends the asv
+Runs open_latency.py, open_chunks.py, throughput.py (with the plot and peak memory), decoders.py,
+write_throughput.py, distributed_read.py, load_async.py and gpu_pipeline.py (whose rows read "not yet
+measured" without a GPU), then appends the asv
 suite's latest saved results through perf_report.py. Each section carries the exact
 command that produced it, so any table can be rerun alone. Takes about 20 minutes on a 2-core machine
 (``--quick``: smaller arrays and fewer repeats, a few minutes).
