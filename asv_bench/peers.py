@@ -177,17 +177,25 @@ def decode_all(inp: DecodeInput, decode_into: Callable[[bytes, np.ndarray], None
 # -- the stacks -------------------------------------------------------------------------------------------
 
 
+#: the dask stack's config: small stored objects grouped into tasks of about 32 MiB (``chunks={}``)
+DASK_TASK_BYTES = 32 << 20
+
+
 def read_xarray(where: Where, engine: str, *, use_dask: bool) -> np.ndarray:
-    """``xr.open_dataset`` then the whole of "v": ``.values`` without dask; with dask, every block is read
-    and reduced to its first element (``map_blocks``), so the number is the read path, not a concatenate."""
+    """``xr.open_dataset`` then the whole of "v": ``.values`` without dask; with dask (zarrmax: with
+    ``task_bytes=DASK_TASK_BYTES``), every block is read and reduced to its first element (``map_blocks``), so
+    the number is the read path, not a concatenate."""
     import dask
     import xarray as xr
+
+    from xarray_zarrmax import set_config
 
     if engine == "zarr":
         target, kw = where.zarr_store(), {"consolidated": False}
     else:
         target, kw = where.url()
-    ds = xr.open_dataset(target, engine=engine, chunks={} if use_dask else None, **kw)
+    with set_config(task_bytes=DASK_TASK_BYTES if use_dask and engine == "zarrmax" else 0):
+        ds = xr.open_dataset(target, engine=engine, chunks={} if use_dask else None, **kw)
     if not use_dask:
         return np.asarray(ds["v"].values)
     data = ds["v"].data

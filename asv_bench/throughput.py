@@ -17,8 +17,9 @@ order):
 - engine="zarr" (``.values`` of ``chunks=None``); zarr-python tuned (128 requests in flight, a thread per core);
   zarr-python with the zarrs codec pipeline; zarr-python's FusedCodecPipeline; TensorStore (zarr3 driver,
   file or s3 kvstore);
-- zarrmax without dask (``chunks=None``, ``.values``) and with dask (``chunks={}``, every block read and
-  reduced to one element on the threaded scheduler with 16 threads: the read path, not a concatenate).
+- zarrmax without dask (``chunks=None``, ``.values``) and with dask (``chunks={}`` with ``task_bytes`` 32 MiB,
+  every block read and reduced to one element on the threaded scheduler with 16 threads: the read path, not a
+  concatenate).
 
 Every stack's values are checked against the data written (the first element of each block for the dask
 variant). Medians of ``--repeat`` reads, after one warm-up read each.
@@ -149,7 +150,7 @@ STACKS: list[tuple[str, str, Any]] = [
     ("zarr fused pipeline", "zarr_fused", lambda w: peers.read_zarr_python(w, "fused")),
     ("TensorStore", "tensorstore", peers.read_tensorstore),
     ("zarrmax", "zarrmax", lambda w: peers.read_xarray(w, "zarrmax", use_dask=False)),
-    ("zarrmax, dask", "zarrmax_dask", lambda w: peers.read_xarray(w, "zarrmax", use_dask=True)),
+    ("zarrmax, dask (task_bytes 32 MiB)", "zarrmax_dask", lambda w: peers.read_xarray(w, "zarrmax", use_dask=True)),
 ]
 
 
@@ -168,6 +169,8 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     import numcodecs
     import xarray as xr
 
+    from xarray_zarrmax import set_config
+
     expected = layout.data()
     keys = peers.stored_keys(where)
     stored = peers.raw_read(where, keys)
@@ -178,7 +181,8 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         zstd.decode(raw, out=out)
 
     target, kw = where.url()
-    dask_chunks = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)["v"].chunks
+    with set_config(task_bytes=peers.DASK_TASK_BYTES):  # as the dask stack opens it
+        dask_chunks = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)["v"].chunks
     runs: dict[str, Any] = {"raw": lambda: peers.raw_read(where, keys),
                             "decode": lambda: peers.decode_all(inp, decode_into)}
     check_values("decode ceiling", runs["decode"](), expected)

@@ -38,8 +38,7 @@ def test_bench_reads_everything_with_a_progress_bar(tmp_path, capsys):
     path = write(tmp_path / "d.zarr")
     assert main(["bench", path, "--variable", "t", "--workers", "2"]) == 0
     captured = capsys.readouterr()
-    assert "reading 1 variable(s)" in captured.out  # its 4 small shards, grouped into 1 task
-    assert "1 tasks (whole stored objects, grouped up to 32 MiB" in captured.out
+    assert "reading 1 variable(s)" in captured.out and "4 tasks (one per stored object)" in captured.out
     assert "GB/s" in captured.out and "4 GET requests" in captured.out
     assert "100% Completed" in captured.err
 

@@ -42,9 +42,11 @@ class Config:
         Most decoded bytes one read keeps fetched but not yet decoded (sizes estimated from the layout): what
         a read holds beyond its output is bounded by this, not by the number of objects it reads.
     task_bytes
-        With dask (``chunks={}``), stored objects (unsharded chunks, or shards) smaller than half this are read
-        in groups of about this many decoded bytes, one dask task a group (``encoding["preferred_chunks"]``);
-        0 keeps one task per stored object, as engine="zarr" does.
+        0 (the default): with ``chunks={}`` one dask task per stored object (shard, or chunk when unsharded),
+        engine="zarr"'s chunks and alignment warnings. Above 0: stored objects smaller than half this are read
+        in groups of about this many decoded bytes, one dask task a group (``encoding["preferred_chunks"]``),
+        at the cost of xarray warning about user chunks that split a group. ``chunks="auto"`` groups whole
+        stored objects too (dask's chunk-size), with no such warning.
     max_objects
         Most stored objects (shards, or chunks when unsharded) one array may declare; more is refused at open,
         since no scheduler can plan that many tasks.
@@ -62,7 +64,7 @@ class Config:
     retries: int = 3
     inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
-    task_bytes: int = 32 * 2**20
+    task_bytes: int = 0
     multipart_threshold: int = 100 * 2**20
 
     def __post_init__(self) -> None:
