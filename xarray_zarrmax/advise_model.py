@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .layout import Axis, Selection, coalesce, plan_reads
+import numpy as np
+
+from .layout import Axis, Selection, plan_reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,21 +115,52 @@ class IndexCache:
 
 
 @lru_cache(maxsize=256)
-def _write_order(chunks_per_shard: tuple[int, ...]) -> dict[tuple[int, ...], int]:
-    """Position of each chunk in a shard's bytes: zarr-python writes them in Morton order by default."""
+def _write_order(chunks_per_shard: tuple[int, ...]) -> np.ndarray:
+    """The chunk coordinates of a shard in the order of its bytes, ``(n, ndim)``: zarr-python writes them in
+    Morton order by default."""
     try:
         from zarr.core.indexing import morton_order_coords
 
-        order = morton_order_coords(chunks_per_shard)
+        order = np.asarray(morton_order_coords(chunks_per_shard), dtype=np.int64)
     except ImportError:  # an older zarr: lexicographic
-        order = tuple(itertools.product(*(range(n) for n in chunks_per_shard)))
-    return {tuple(int(i) for i in c): k for k, c in enumerate(order)}
+        order = np.indices(chunks_per_shard).reshape(len(chunks_per_shard), -1).T
+    return order.reshape(-1, len(chunks_per_shard))
 
 
-def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> list[tuple[int, tuple[int, ...]]]:
+@lru_cache(maxsize=1024)
+def _stored_rank(grid: tuple[int, ...], present: tuple[int, ...]) -> np.ndarray:
+    """Per chunk of the shard (an array of the grid's shape), its position among the stored chunks: write
+    order, skipping the chunks outside the array (zarr does not store chunks holding only the fill value)."""
+    order = _write_order(grid)
+    stored = np.all(order < np.asarray(present), axis=1)
+    rank = np.full(grid, -1, dtype=np.int64)
+    rank[tuple(order[stored].T)] = np.arange(int(stored.sum()))
+    return rank
+
+
+def coalesced_runs(ranks: np.ndarray, size: int, gap: int) -> tuple[int, int]:
+    """(requests, bytes) of `layout.coalesce` applied to the ranges ``[r * size, (r + 1) * size)`` of distinct
+    ``ranks``: consecutive ranges merge when the bytes between them are at most ``gap``."""
+    r = np.sort(ranks)
+    if r.size == 0:
+        return 0, 0
+    breaks = (np.diff(r) - 1) * size > gap
+    starts = np.concatenate(([r[0]], r[1:][breaks]))
+    stops = np.concatenate((r[:-1][breaks], [r[-1]]))
+    return int(starts.size), int((stops - starts + 1).sum()) * size
+
+
+@lru_cache(maxsize=65536)
+def _footprints(start: int, stop: int, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    return tuple((coords[0], tuple(p.coords[0] for p in pieces))
+                 for coords, pieces in plan_reads((Axis(start, stop),), (n,), (outer,), (inner,)))
+
+
+def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """Per object along one dimension: its index and the chunk indices (inside it) the read touches."""
-    return [(coords[0], tuple(p.coords[0] for p in pieces))
-            for coords, pieces in plan_reads((axis,), (n,), (outer,), (inner,))]
+    if axis.indices is not None:
+        raise ValueError("expected box selections (ranges along every dimension)")
+    return _footprints(axis.start, axis.stop, n, outer, inner)
 
 
 def _present(n: int, outer: int, inner: int, obj: int) -> int:
@@ -151,15 +184,10 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
         return parts, 0, stored, 1 + (parts > 1), True
     # Byte ranges of the touched chunks: dense chunks of equal encoded size, laid out in write order with
     # the chunks outside the array skipped (they hold only the fill value, which zarr does not store).
-    grid = tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True))
-    order = _write_order(grid)
-    stored_order = sorted(k for c, k in order.items() if all(ci < p for ci, p in zip(c, present, strict=True)))
-    rank = {k: r for r, k in enumerate(stored_order)}
-    ranges = [(rank[order[c]] * chunk_enc, (rank[order[c]] + 1) * chunk_enc) for c in itertools.product(*touched)]
-    merged = coalesce(ranges, reader.coalesce_gap)
+    rank = _stored_rank(tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True)), tuple(present))
+    runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), chunk_enc, reader.coalesce_gap)
     index = 0 if cached else 1
-    return len(merged) + index, index, sum(b - a for a, b, _ in merged) + (0 if cached else index_nbytes), \
-        1 + index, False
+    return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index, False
 
 
 def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: int, layout: Layout,
@@ -181,33 +209,32 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
                    for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True)]
         if any(not d for d in per_dim):
             continue
-        # Objects with the same (edge status, touched chunks) along every dimension fetch alike: count each
-        # footprint once, times how many objects share it. Cached indexes break that symmetry, so objects
-        # already seen are simulated one by one (reads of several selections are small: ML batches).
-        groups: Counter[tuple[tuple[int, tuple[int, ...]], ...]] = Counter()
-        for combo in itertools.product(*per_dim):
-            obj = tuple(o for o, _ in combo)
-            key = tuple((_present(int(n), o, c, i) if layout.shards else 0, t)
-                        for (i, t), n, o, c in zip(combo, shape, layout.outer, layout.chunks, strict=True))
-            if obj in cache.seen:
-                groups[(("seen", obj), *key)] += 1  # type: ignore[arg-type]
-            else:
-                groups[(("new", obj if len(selections) > 1 else ()), *key)] += 1  # type: ignore[arg-type]
+        # Objects with the same (edge status, touched chunks) along every dimension fetch alike: per dimension,
+        # count the objects of each footprint, and simulate one object per combination of footprints. Cached
+        # indexes break that symmetry, so reads of several selections (ML batches: small) go object by object.
+        one_by_one = len(selections) > 1 or bool(cache.seen)
+        keyed: list[Counter[tuple[int, int, tuple[int, ...]]]] = []
+        for d, n, o, c in zip(per_dim, shape, layout.outer, layout.chunks, strict=True):
+            keyed.append(Counter((i if one_by_one else -1, _present(int(n), o, c, i) if layout.shards else 0, t)
+                                 for i, t in d))
+        groups: list[tuple[int, tuple[int, ...], list[tuple[int, ...]], bool]] = []
+        for combo in itertools.product(*(k.items() for k in keyed)):
+            count = math.prod(m for _, m in combo)
+            keys = [k for k, _ in combo]
+            obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
+            groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
         objects = requests = index_requests = nbytes = decoded = 0
         rounds_per_object = 1
-        for key, count in groups.items():
-            tag, obj = key[0]  # type: ignore[misc]
-            touched = [t for _, t in key[1:]]  # type: ignore[misc]
-            sample = obj if obj else _representative(key[1:], shape, layout)  # type: ignore[arg-type]
-            r, ir, b, rt, _ = _object_fetch(shape, layout, sample, touched, chunk_enc, reader, tag == "seen")
+        for count, obj, touched, seen in groups:
+            r, ir, b, rt, _ = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
             objects += count
             requests += r * count
             index_requests += ir * count
             nbytes += b * count
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
             rounds_per_object = max(rounds_per_object, rt)
-        if layout.shards is not None:
-            cache.seen.update(tuple(o for o, _ in combo) for combo in itertools.product(*per_dim))
+        if layout.shards is not None and one_by_one:
+            cache.seen.update(obj for _, obj, _, _ in groups)
         object_dec = chunk_dec * layout.chunks_per_object()
         slots = max(1, min(reader.concurrency, reader.inflight_bytes // max(object_dec, 1)))
         waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
@@ -218,11 +245,12 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
     return total
 
 
-def _representative(key: Sequence[tuple[int, tuple[int, ...]]], shape: Sequence[int],
+def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Sequence[int],
                     layout: Layout) -> tuple[int, ...]:
-    """An object coordinate with the given number of present chunks along each dimension (for edge sizes)."""
+    """An object coordinate with the given number of present chunks along each dimension: the last object
+    where that number is an edge's, else the first (only the present counts matter to `_object_fetch`)."""
     coords = []
-    for (present, _), n, o, c in zip(key, shape, layout.outer, layout.chunks, strict=True):
+    for (_, present, _), n, o, c in zip(keys, shape, layout.outer, layout.chunks, strict=True):
         last = -(-int(n) // o) - 1
         coords.append(last if layout.shards is not None and _present(int(n), o, c, last) == present else 0)
     return tuple(coords)
