@@ -330,20 +330,30 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
 
 def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, constraints: Constraints,
                    layouts: Sequence[Layout]) -> str:
+    """Why no layout is left: per constraint, the smallest value achievable by layouts meeting the others."""
+    measures = {
+        "task_memory_bytes": (lambda lay: task_memory(lay, itemsize, ratio), "memory per task <= {:.3g} MB",
+                              "the smallest achievable is {:.3g} MB"),
+        "max_object_bytes": (lambda lay: object_nbytes(lay, itemsize, ratio), "objects of <= {:.3g} MB",
+                             "the smallest achievable is {:.3g} MB"),
+        "max_objects": (lambda lay: object_count(shape, lay), "<= {:g} objects", "the fewest achievable is {:g}"),
+    }
+    limits = {name: getattr(constraints, name) for name in measures if getattr(constraints, name) is not None}
     problems = []
-    if constraints.task_memory_bytes is not None:
-        best = min(layouts, key=lambda lay: task_memory(lay, itemsize, ratio))
-        problems.append(f"memory per task <= {constraints.task_memory_bytes / MB:g} MB (the smallest achievable is "
-                        f"{task_memory(best, itemsize, ratio) / MB:.3g} MB, chunks {best})")
-    if constraints.max_object_bytes is not None:
-        best = min(layouts, key=lambda lay: object_nbytes(lay, itemsize, ratio))
-        problems.append(f"objects of <= {constraints.max_object_bytes / MB:g} MB (the smallest achievable is "
-                        f"{object_nbytes(best, itemsize, ratio) / MB:.3g} MB, chunks {best})")
-    if constraints.max_objects is not None:
-        best = min(layouts, key=lambda lay: object_count(shape, lay))
-        problems.append(f"<= {constraints.max_objects} objects (the fewest achievable is "
-                        f"{object_count(shape, best)}, chunks {best})")
-    return f"no candidate layout of {len(layouts)} meets every constraint: " + "; ".join(problems)
+    for name, limit in limits.items():
+        measure, wanted, achievable = measures[name]
+        scale = 1 if name == "max_objects" else MB
+        others = [lay for lay in layouts
+                  if all(measures[o][0](lay) <= v for o, v in limits.items() if o != name)]
+        if not others:
+            continue  # the others already rule out every layout: they are reported
+        best = min(others, key=measure)
+        if measure(best) > limit:
+            given = " with the other constraints" if len(limits) > 1 else ""
+            problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "
+                            f"chunks {best})")
+    return f"no candidate layout of {len(layouts)} meets every constraint: " + (
+        "; ".join(problems) or "the constraints together rule out every layout")
 
 
 def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
@@ -409,9 +419,9 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, threads=config.threads, local=local)
     constraints = Constraints(
-        max_object_bytes=None if max_object_mb is None else int(max_object_mb * MB),
+        max_object_bytes=None if max_object_mb is None else round(max_object_mb * MB),
         max_objects=max_objects,
-        task_memory_bytes=None if budget_mb is None else int(budget_mb * MB),
+        task_memory_bytes=None if budget_mb is None else round(budget_mb * MB),
     )
     same = tuple(n for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
     ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
