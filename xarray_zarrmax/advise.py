@@ -10,6 +10,7 @@ decoder (`advise_probe`), and the ones meeting the constraints are ranked by the
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,11 +136,10 @@ class AdviceReport:
 # -- patterns ------------------------------------------------------------------------------------------
 
 
-def _role(dims: Sequence[str]) -> tuple[int, list[int]]:
-    """The time dimension (by name, else the first) and the others (the map's dimensions)."""
+def _time_dimension(dims: Sequence[str]) -> int:
+    """The time dimension: named ``time``, ``t`` or ``*time*``, else the first. The others are the map's."""
     names = [d.lower() for d in dims]
-    time = next((i for i, n in enumerate(names) if n in ("time", "t") or "time" in n), 0)
-    return time, [i for i in range(len(dims)) if i != time]
+    return next((i for i, n in enumerate(names) if n in ("time", "t") or "time" in n), 0)
 
 
 def _span(coord: np.ndarray | None, n: int, units: float) -> int:
@@ -172,26 +172,23 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     if name not in KNOWN_PATTERNS:
         raise ValueError(f"unknown access pattern {name!r}: expected one of {', '.join(KNOWN_PATTERNS)}, or a "
                          f"selection {{dim: slice}} of your own")
-    time, space = _role(dims)
-    full = [Axis(0, n) for n in shape]
+    time = _time_dimension(dims)
 
-    def with_(**axes: Axis) -> Selection:
-        out = list(full)
-        for i, axis in axes.items():
-            out[int(i[1:])] = axis
-        return tuple(out)
+    def at_times(axis: Axis | None = None) -> Selection:
+        """Every element, but only ``axis`` along the time dimension."""
+        return tuple(axis if i == time and axis is not None else Axis(0, n) for i, n in enumerate(shape))
 
     if name == "full-scan":
-        return [tuple(full)]
+        return [at_times()]
     if name == "timeseries":
-        return [with_(**{f"d{i}": _centered(shape[i], 1) for i in space})]
+        return [tuple(Axis(0, n) if i == time else _centered(n, 1) for i, n in enumerate(shape))]
     if name == "map":
-        return [with_(**{f"d{time}": _centered(shape[time], 1)})]
+        return [at_times(_centered(shape[time], 1))]
     if name == "map-mean":
-        return [with_(**{f"d{time}": _centered(shape[time], min(MAP_MEAN_STEPS, shape[time]))})]
+        return [at_times(_centered(shape[time], min(MAP_MEAN_STEPS, shape[time])))]
     if name == "region-mean":
-        return [with_(**{f"d{i}": _centered(shape[i], _span(coords.get(dims[i]), shape[i], REGION_DEGREES))
-                         for i in space})]
+        return [tuple(Axis(0, n) if i == time else _centered(n, _span(coords.get(dims[i]), n, REGION_DEGREES))
+                      for i, n in enumerate(shape))]
     rng = np.random.default_rng(0)  # random-batch: the same windows for every candidate
     windows = []
     for _ in range(BATCH_WINDOWS):
@@ -282,8 +279,6 @@ def candidate_layouts(shape: Sequence[int], itemsize: int, *, min_chunk_bytes: i
 
 
 def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
-    import itertools
-
     return list(itertools.product(*options))
 
 
@@ -386,7 +381,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     budget_mb, max_object_mb, max_objects
         Constraints: memory per dask task reading one stored object, bytes per stored object, objects.
     costs
-        Calibration to use instead of probing (the decoder probe still sets nothing then).
+        Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder).
     layouts
         Layouts to compare instead of the generated candidates.
     """

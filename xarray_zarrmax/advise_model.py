@@ -103,6 +103,8 @@ class ReadCounts:
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
+    """A read's counts and its predicted seconds."""
+
     counts: ReadCounts
     seconds: float
 
@@ -169,25 +171,25 @@ def _present(n: int, outer: int, inner: int, obj: int) -> int:
 
 
 def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], touched: Sequence[tuple[int, ...]],
-                  chunk_enc: int, reader: Reader, cached: bool) -> tuple[int, int, int, int, bool]:
-    """(requests, index requests, bytes, round trips, whole) for one object read of the chunks ``touched``
+                  chunk_enc: int, reader: Reader, cached: bool) -> tuple[int, int, int, int]:
+    """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it."""
     if layout.shards is None:
         parts = 1 if reader.local else max(1, -(-chunk_enc // reader.split_size))
-        return parts, 0, chunk_enc, 1 + (parts > 1), True
+        return parts, 0, chunk_enc, 1 + (parts > 1)
     present = [_present(n, o, c, i) for n, o, c, i in zip(shape, layout.shards, layout.chunks, obj, strict=True)]
     index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
     stored = math.prod(present) * chunk_enc + index_nbytes
     pieces = math.prod(len(t) for t in touched)
     if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
         parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
-        return parts, 0, stored, 1 + (parts > 1), True
+        return parts, 0, stored, 1 + (parts > 1)
     # Byte ranges of the touched chunks: dense chunks of equal encoded size, laid out in write order with
     # the chunks outside the array skipped (they hold only the fill value, which zarr does not store).
     rank = _stored_rank(tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True)), tuple(present))
     runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), chunk_enc, reader.coalesce_gap)
     index = 0 if cached else 1
-    return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index, False
+    return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index
 
 
 def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: int, layout: Layout,
@@ -226,7 +228,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         objects = requests = index_requests = nbytes = decoded = 0
         rounds_per_object = 1
         for count, obj, touched, seen in groups:
-            r, ir, b, rt, _ = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
+            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
             objects += count
             requests += r * count
             index_requests += ir * count
