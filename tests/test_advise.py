@@ -194,11 +194,15 @@ def test_weights_must_be_positive(weight: float) -> None:
         advise(dataset(), {"timeseries": 1.0, "map": weight}, costs=Costs())
 
 
-def test_impossible_budget_says_the_smallest_achievable() -> None:
+@pytest.mark.parametrize(("task_bytes", "smallest"), [
+    (0, "0.00458 MB, chunks 1x20x30"),  # one task per object: the smallest object
+    (32 * 2**20, "0.169 MB, chunks 37x20x30"),  # small objects are grouped: every task reads the whole array
+])
+def test_impossible_budget_says_the_smallest_achievable(task_bytes: int, smallest: str) -> None:
     layouts = [Layout((37, 20, 30)), Layout((1, 20, 30)), Layout((1, 10, 10), (1, 20, 30))]
-    with pytest.raises(ValueError, match=re.escape(
-            "no candidate layout of 3 meets every constraint: memory per task <= 0.001 MB (the smallest "
-            "achievable is 0.00458 MB, chunks 1x20x30)")):
+    with xarray_zarrmax.set_config(task_bytes=task_bytes), pytest.raises(ValueError, match=re.escape(
+            f"no candidate layout of 3 meets every constraint: memory per task <= 0.001 MB (the smallest "
+            f"achievable is {smallest})")):
         advise(dataset(), {"map": 1.0}, costs=Costs(ratio=1.0), layouts=layouts, budget_mb=0.001)
 
 

@@ -119,7 +119,7 @@ class AdviceReport:
         lines = [
             f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}, "
             f"mix {dict(self.patterns)}",
-            f"store {where}: latency {c.latency_s * 1e3:.1f} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
+            f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
             f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread, "
             f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight",
             f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
@@ -304,7 +304,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
     for layout in layouts:
         obj_bytes = object_nbytes(layout, itemsize, costs.ratio)
         objects = object_count(shape, layout)
-        memory = task_memory(layout, itemsize, costs.ratio)
+        memory = task_memory(shape, layout, itemsize, costs.ratio, reader.task_bytes)
         if ((constraints.max_object_bytes is not None and obj_bytes > constraints.max_object_bytes)
                 or (constraints.max_objects is not None and objects > constraints.max_objects)
                 or (constraints.task_memory_bytes is not None and memory > constraints.task_memory_bytes)):
@@ -318,17 +318,17 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
         kept.append(Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes, objects,
                               memory))
     if not kept:
-        raise ValueError(_nothing_meets(shape, itemsize, costs.ratio, constraints, layouts))
+        raise ValueError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
     kept.sort(key=lambda c: (c.score, c.objects))  # ties: fewer objects (cheaper to list, write and delete)
     return kept
 
 
-def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, constraints: Constraints,
+def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes: int, constraints: Constraints,
                    layouts: Sequence[Layout]) -> str:
     """Why no layout is left: per constraint, the smallest value achievable by layouts meeting the others."""
     measures = {
-        "task_memory_bytes": (lambda lay: task_memory(lay, itemsize, ratio), "memory per task <= {:.3g} MB",
-                              "the smallest achievable is {:.3g} MB"),
+        "task_memory_bytes": (lambda lay: task_memory(shape, lay, itemsize, ratio, task_bytes),
+                              "memory per task <= {:.3g} MB", "the smallest achievable is {:.3g} MB"),
         "max_object_bytes": (lambda lay: object_nbytes(lay, itemsize, ratio), "objects of <= {:.3g} MB",
                              "the smallest achievable is {:.3g} MB"),
         "max_objects": (lambda lay: object_count(shape, lay), "<= {:g} objects", "the fewest achievable is {:g}"),
@@ -412,7 +412,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
-                    inflight_bytes=config.inflight_bytes, threads=config.threads, local=local)
+                    inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,
+                    local=local)
     constraints = Constraints(
         max_object_bytes=None if max_object_mb is None else round(max_object_mb * MB),
         max_objects=max_objects,

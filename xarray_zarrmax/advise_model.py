@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .layout import Axis, Selection, plan_reads
+from .layout import Axis, Selection, plan_reads, task_chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,7 @@ class Reader:
     coalesce_gap: int = 2**20
     split_size: int = 16 * 2**20
     inflight_bytes: int = 512 * 2**20
+    task_bytes: int = 32 * 2**20
     threads: int = 1
     local: bool = False
     index_crc32c: bool = True  # zarr-python writes a crc32c after every shard index
@@ -269,9 +270,14 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
             + counts.decoded_bytes / (costs.decode_bps * max(reader.threads, 1)))
 
 
-def task_memory(layout: Layout, itemsize: int, ratio: float) -> int:
-    """Peak bytes of one dask task reading one whole stored object: its decoded values plus its bytes."""
-    decoded = itemsize * math.prod(layout.outer)
+def task_memory(shape: Sequence[int], layout: Layout, itemsize: int, ratio: float, task_bytes: int) -> int:
+    """Peak bytes of one dask task of a ``chunks={}`` read: its block's decoded values plus their encoded bytes.
+
+    A task reads whole stored objects: one, or (objects under ``task_bytes / 2``) a group of about
+    ``task_bytes`` of them, as `layout.task_chunks` groups them.
+    """
+    block = task_chunks(shape, layout.outer, itemsize, task_bytes)  # regular grids: ints only
+    decoded = itemsize * math.prod(min(b, int(n)) for b, n in zip(block, shape, strict=True) if isinstance(b, int))
     return decoded + int(decoded * ratio)
 
 
