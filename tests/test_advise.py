@@ -104,8 +104,8 @@ def test_counts_equal_counted_reads_on_minio(minio: Any, bucket: str) -> None:
     options = minio.storage_options()
     url = f"s3://{bucket}/advise-counts.zarr"
     chunks, shards = (4, 5, 6), (16, 10, 12)
-    dataset().to_zarr(url, encoding={"t2m": {"chunks": chunks, "shards": shards, "compressors": None}},
-                      zarr_format=3, mode="w", consolidated=True, storage_options=options)
+    xarray_zarrmax.to_zarr(dataset(), url, encoding={"t2m": {"chunks": chunks, "shards": shards, "compressors": None}},
+                           mode="w", consolidated=True, storage_options=options)
     with xarray_zarrmax.set_config(split_size=8192):
         reader = Reader(concurrency=get_config().concurrency, split_size=8192, local=False)
         for pattern in ("timeseries", "map", "full-scan"):
@@ -115,6 +115,15 @@ def test_counts_equal_counted_reads_on_minio(minio: Any, bucket: str) -> None:
             with xarray_zarrmax.request_counts() as counts:
                 ds["t2m"][tuple(slice(a.start, a.stop) for a in sels[0])].values  # noqa: B018
             assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), pattern
+
+
+@pytest.mark.s3
+def test_probe_store_on_minio_cleans_up(minio: Any, bucket: str) -> None:
+    import obstore
+
+    probe = probe_store(f"s3://{bucket}/scratch", minio.storage_options(), large=2**20)
+    assert not probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
+    assert list(obstore.list(minio.obstore(bucket, "scratch")).collect()) == []
 
 
 def test_coalesced_runs_equal_coalesce() -> None:
@@ -222,6 +231,15 @@ def test_probe_store_measures_and_cleans_up(tmp_path: Path) -> None:
     assert probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
     assert list(tmp_path.iterdir()) == []
     assert [d for d, _, _ in steps] == list(range(1, steps[0][1] + 1))
+
+
+def test_advise_probes_the_store_with_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path))
+    assert report.calibrated and report.reader.local and "store probed" in str(report)
+    assert "probing [" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    quiet = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path), progress=False)
+    assert quiet.calibrated and capsys.readouterr().err == ""
 
 
 def test_probe_decoder_ratio() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from .advise_model import (
     predict,
     task_memory,
 )
-from .advise_probe import Progress, probe_decoder, probe_store
+from .advise_probe import Progress, probe_decoder, probe_store, text_progress
 from .config import get_config
 from .layout import Axis, Selection
 
@@ -362,7 +363,7 @@ def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
 def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
            storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
            max_object_mb: float | None = None, max_objects: int | None = None, costs: Costs | None = None,
-           layouts: Sequence[Layout] | None = None, progress: Progress | None = None) -> AdviceReport:
+           layouts: Sequence[Layout] | None = None, progress: Progress | bool = True) -> AdviceReport:
     """Rank candidate layouts of a dataset's variable for a weighted mix of access patterns.
 
     Parameters
@@ -384,6 +385,9 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder).
     layouts
         Layouts to compare instead of the generated candidates.
+    progress
+        True: a progress bar on stderr while the store is probed; False: none; or a callable
+        ``(done, total, what)``.
     """
     names = [str(n) for n in ds.data_vars]
     if variable is None:
@@ -405,7 +409,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     if costs is None:
         base = Costs()
         if store is not None:
-            probed = probe_store(store, storage_options, progress=progress)
+            show = text_progress(sys.stderr) if progress is True else (progress or None)
+            probed = probe_store(store, storage_options, progress=show)
             base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, base.decode_bps, base.ratio)
             local = probed.local
         decoder = probe_decoder(_sample(var))

@@ -124,7 +124,6 @@ def _selection(text: str, spec: str) -> dict[str, slice | int]:
 
 def advise(args: argparse.Namespace) -> int:
     from .advise import advise as run_advice
-    from .advise_probe import text_progress
 
     patterns: dict[str, Any] = {}
     for text in args.pattern:
@@ -138,7 +137,7 @@ def advise(args: argparse.Namespace) -> int:
     report = run_advice(ds, patterns, variable=args.variable, store=probe,
                         storage_options=_options(args.option) or None,
                         budget_mb=args.budget_mb, max_object_mb=args.max_object_mb, max_objects=args.max_objects,
-                        progress=text_progress(sys.stderr))
+                        progress=True)
     print(report)
     if args.top:
         import pandas as pd
