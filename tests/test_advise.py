@@ -18,7 +18,7 @@ from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, c
 from xarray_zarrmax.advise_probe import probe_decoder, probe_store
 from xarray_zarrmax.cli import main
 from xarray_zarrmax.config import get_config
-from xarray_zarrmax.layout import coalesce
+from xarray_zarrmax.layout import Axis, coalesce
 
 SHAPE = (37, 20, 30)
 DIMS = ("time", "lat", "lon")
@@ -96,6 +96,36 @@ def test_counts_equal_counted_dask_reads(written: dict[int, str], layout: int, p
     sels = selections(pattern)
     predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
     assert (predicted.requests, predicted.bytes) == read_counted(written[layout], sels, {})
+
+
+def test_counts_equal_counted_reads_on_random_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random shapes (1 to 3 dimensions), chunks, shards, boxes and coalescing gaps: the model still counts
+    every GET and byte of the real read."""
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    rng = np.random.default_rng(7)
+    for case in range(25):
+        ndim = int(rng.integers(1, 4))
+        shape = tuple(int(rng.integers(1, 40)) for _ in range(ndim))
+        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
+        shards = None if rng.random() < 0.25 else tuple(c * int(rng.integers(1, 6)) for c in chunks)
+        dims = tuple(f"d{i}" for i in range(ndim))
+        encoding: dict[str, Any] = {"chunks": chunks, "compressors": None} | ({"shards": shards} if shards else {})
+        path = str(tmp_path / f"c{case}.zarr")
+        values = rng.random(shape).astype("f8") + 1
+        xr.Dataset({"v": (dims, values)}).to_zarr(path, encoding={"v": encoding}, zarr_format=3, consolidated=True)
+        boxes = []
+        for _ in range(int(rng.integers(1, 4))):
+            starts = [int(rng.integers(0, n)) for n in shape]
+            boxes.append(tuple(Axis(a, int(rng.integers(a + 1, n + 1))) for a, n in zip(starts, shape, strict=True)))
+        gap = int(rng.choice([0, 8, 2**20]))
+        with xarray_zarrmax.set_config(coalesce_gap=gap):
+            predicted = count_read(boxes, shape, 8, Layout(chunks, shards), 8 * math.prod(chunks), local_reader())
+            ds = xr.open_dataset(path, engine="zarrmax", chunks=None, consolidated=True)
+            with xarray_zarrmax.request_counts() as counts:
+                for axes in boxes:
+                    ds["v"][tuple(slice(a.start, a.stop) for a in axes)].values  # noqa: B018
+        assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), (
+            case, shape, chunks, shards, [(a.start, a.stop) for a in axes], gap)
 
 
 @pytest.mark.s3
