@@ -287,7 +287,15 @@ def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.Ca
     assert "probing [" in captured.err and "9/9 DELETE probe objects" in captured.err
     assert "store probed: latency" in captured.out and "best: {'t2m': {'chunks': (" in captured.out
     assert "timeseries:requests" in captured.out  # the table's first rows
-    assert not [p for p in Path(path).iterdir() if p.name.startswith("zarrmax-probe")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]  # probed beside the store, cleaned up
+
+
+@pytest.mark.parametrize(("url", "parent"), [("s3://b/x/y.zarr", "s3://b/x"), ("s3://b/y.zarr/", "s3://b"),
+                                             ("/d/y.zarr", "/d"), ("y.zarr", "."), ("file:///d/y.zarr", "file:///d")])
+def test_cli_probes_beside_the_store(url: str, parent: str) -> None:
+    from xarray_zarrmax.cli import _parent
+
+    assert _parent(url) == parent
 
 
 def test_cli_advise_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

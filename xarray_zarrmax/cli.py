@@ -122,6 +122,15 @@ def _selection(text: str, spec: str) -> dict[str, slice | int]:
     return out
 
 
+def _parent(url: str) -> str:
+    """The folder (or prefix) holding ``url``: ``s3://b/x/y.zarr`` -> ``s3://b/x``, ``d/y.zarr`` -> ``d``."""
+    scheme, sep, path = url.rpartition("://")
+    head = path.rstrip("/").rpartition("/")[0]
+    if sep:
+        return f"{scheme}{sep}{head or path.rstrip('/').split('/')[0]}"
+    return head or "."
+
+
 def advise(args: argparse.Namespace) -> int:
     from .advise import advise as run_advice
 
@@ -133,7 +142,8 @@ def advise(args: argparse.Namespace) -> int:
         name, weight, spec = _weighted(text, "--select")
         patterns[name] = (weight, _selection(text, spec))
     ds = _open(args, None)
-    probe = None if args.no_probe else (args.probe or args.url)
+    # next to the store, not inside it: a probe cut short leaves nothing in the Zarr hierarchy
+    probe = None if args.no_probe else (args.probe or _parent(args.url))
     report = run_advice(ds, patterns, variable=args.variable, store=probe,
                         storage_options=_options(args.option) or None,
                         budget_mb=args.budget_mb, max_object_mb=args.max_object_mb, max_objects=args.max_objects,
@@ -173,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--select", action="append", default=[], metavar="NAME:WEIGHT:DIM=START:STOP,...",
                            help="a pattern of your own: a box of index ranges (or indexes) per dimension")
             p.add_argument("--variable", help="data variable to advise on (default: the largest)")
-            p.add_argument("--probe", metavar="URL", help="where to probe the store (default: URL itself; a few "
-                           "objects under a fresh prefix, deleted after)")
+            p.add_argument("--probe", metavar="URL", help="where to probe the store (default: the folder holding URL; "
+                           "a few objects under a fresh prefix, deleted after)")
             p.add_argument("--no-probe", action="store_true", help="assume a remote object store's costs")
             p.add_argument("--budget-mb", type=float, help="most memory a dask task may use to read one object")
             p.add_argument("--max-object-mb", type=float, help="largest stored object")
