@@ -13,7 +13,7 @@ import xarray as xr
 
 import xarray_zarrmax
 from xarray_zarrmax import stores
-from xarray_zarrmax.advise import KNOWN_PATTERNS, Constraints, advise, pattern_selections, rank
+from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
 from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read
 from xarray_zarrmax.advise_probe import probe_decoder, probe_store
 from xarray_zarrmax.cli import main
@@ -281,7 +281,8 @@ def test_probe_decoder_ratio() -> None:
 def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "d.zarr")
     dataset().to_zarr(path, zarr_format=3, mode="w", consolidated=True)
-    assert main(["advise", path, "--pattern", "timeseries:0.5", "--pattern", "map:0.3",
+    assert main(["advise", path, "--pattern", "timeseries:0.5", "--pattern", "map:0.3", "--pattern",
+                 "random-batch:0.1", "--batch-window", "time=4,lat=5", "--batch-count", "3",
                  "--select", "box:0.2:time=3:30,lon=7", "--top", "3"]) == 0
     captured = capsys.readouterr()
     assert "probing [" in captured.err and "9/9 DELETE probe objects" in captured.err
@@ -298,6 +299,16 @@ def test_cli_probes_beside_the_store(url: str, parent: str) -> None:
     assert _parent(url) == parent
 
 
+def test_random_batch_windows_follow_the_batch() -> None:
+    windows = pattern_selections("random-batch", 1.0, DIMS, SHAPE, batch=Batch(5, {"lat": 3, "lon": 40}))
+    assert len(windows) == 5
+    assert {tuple(a.size for a in w) for w in windows} == {(8, 3, 30)}  # the lon window is clipped to the array
+    with pytest.raises(ValueError, match=re.escape(
+            "pattern 'random-batch' selects dimension 'level', which variable 't2m' does not have: its dimensions "
+            "are ('time', 'lat', 'lon')")):
+        advise(dataset(), {"random-batch": 1.0}, costs=Costs(), batch=Batch(window={"level": 2}))
+
+
 def test_cli_advise_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "d.zarr")
     dataset().to_zarr(path, zarr_format=3, mode="w", consolidated=True)
@@ -305,3 +316,5 @@ def test_cli_advise_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "unknown access pattern 'heatmap'" in capsys.readouterr().err
     assert main(["advise", path, "--no-probe", "--pattern", "map"]) == 1
     assert "expected --pattern NAME:WEIGHT, e.g. timeseries:0.5. Got 'map' instead." in capsys.readouterr().err
+    assert main(["advise", path, "--no-probe", "--pattern", "map:1", "--batch-window", "lat=1:3"]) == 1
+    assert "expected --batch-window DIM=SIZE[,DIM=SIZE]. Got 'lat=1:3' instead." in capsys.readouterr().err

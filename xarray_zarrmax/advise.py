@@ -36,7 +36,7 @@ from .layout import Axis, Selection
 
 KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
 
-#: random-batch: windows per batch and each window's extent (time steps, then cells along each other dimension)
+#: random-batch by default: windows per batch, each of 8 time steps x 32 cells along every other dimension
 BATCH_WINDOWS = 16
 BATCH_TIME = 8
 BATCH_SPACE = 32
@@ -48,6 +48,15 @@ MAP_MEAN_STEPS = 6
 MB = 2**20
 
 PatternSpec = float | tuple[float, Mapping[Hashable, slice | int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The ``random-batch`` pattern: ``windows`` windows at seeded random places, each ``window[dim]`` long
+    along the dimensions it names (default: 8 time steps, 32 cells along each other dimension)."""
+
+    windows: int = BATCH_WINDOWS
+    window: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +167,8 @@ def _centered(n: int, size: int) -> Axis:
 
 
 def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape: Sequence[int],
-                       coords: Mapping[str, np.ndarray] | None = None, variable: str = "") -> list[Selection]:
+                       coords: Mapping[str, np.ndarray] | None = None, variable: str = "",
+                       batch: Batch = Batch()) -> list[Selection]:
     """The box selections one access pattern reads, in order.
 
     Raises
@@ -190,12 +200,26 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     if name == "region-mean":
         return [tuple(Axis(0, n) if i == time else _centered(n, _span(coords.get(dims[i]), n, REGION_DEGREES))
                       for i, n in enumerate(shape))]
-    rng = np.random.default_rng(0)  # random-batch: the same windows for every candidate
+    return _batch(batch, dims, shape, time, variable)
+
+
+def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str) -> list[Selection]:
+    sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
+    for dim, size in (batch.window or {}).items():
+        if dim not in dims:
+            raise ValueError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} does "
+                             f"not have: its dimensions are {tuple(dims)}")
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"expected a window of at least 1 element along {dim!r}. Got {size!r} instead.")
+        sizes[list(dims).index(dim)] = size
+    if not isinstance(batch.windows, int) or batch.windows < 1:
+        raise ValueError(f"expected at least 1 window in a random batch. Got {batch.windows!r} instead.")
+    rng = np.random.default_rng(0)  # the same windows for every candidate
     windows = []
-    for _ in range(BATCH_WINDOWS):
+    for _ in range(batch.windows):
         axes = []
-        for i, n in enumerate(shape):
-            size = min(n, BATCH_TIME if i == time else BATCH_SPACE)
+        for n, want in zip(shape, sizes, strict=True):
+            size = min(n, want)
             start = int(rng.integers(0, n - size + 1))
             axes.append(Axis(start, start + size))
         windows.append(tuple(axes))
@@ -289,7 +313,7 @@ def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
 def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
          costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
          layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
-         variable: str = "", variables: Sequence[str] = ()) -> list[Candidate]:
+         variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch()) -> list[Candidate]:
     """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time.
 
     Raises
@@ -298,7 +322,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
         When no layout meets the constraints: the message gives the smallest value any layout achieves.
     """
     patterns = parse_patterns(patterns)
-    selections = {name: pattern_selections(name, spec, dims, shape, coords, variable)
+    selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
                   for name, spec in patterns.items()}
     layouts = list(layouts) if layouts is not None else candidate_layouts(shape, itemsize)
     kept: list[Candidate] = []
@@ -363,7 +387,8 @@ def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
 def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
            storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
            max_object_mb: float | None = None, max_objects: int | None = None, costs: Costs | None = None,
-           layouts: Sequence[Layout] | None = None, progress: Progress | bool = True) -> AdviceReport:
+           layouts: Sequence[Layout] | None = None, batch: Batch = Batch(),
+           progress: Progress | bool = True) -> AdviceReport:
     """Rank candidate layouts of a dataset's variable for a weighted mix of access patterns.
 
     Parameters
@@ -385,6 +410,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder).
     layouts
         Layouts to compare instead of the generated candidates.
+    batch
+        The windows of the ``random-batch`` pattern.
     progress
         True: a progress bar on stderr while the store is probed; False: none; or a callable
         ``(done, total, what)``.
@@ -402,7 +429,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     shape = tuple(int(n) for n in var.shape)
     coords = {d: np.asarray(ds[d].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
     for name, spec in patterns.items():
-        pattern_selections(name, spec, dims, shape, coords, variable)  # errors before any probing
+        pattern_selections(name, spec, dims, shape, coords, variable, batch)  # errors before any probing
     config = get_config()
     calibrated = costs is None and store is not None
     local = False
@@ -426,6 +453,6 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     )
     same = tuple(n for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
     ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
-                  layouts=layouts, coords=coords, variable=variable, variables=same)
+                  layouts=layouts, coords=coords, variable=variable, variables=same, batch=batch)
     return AdviceReport(variable, dims, shape, {n: _weight(s) for n, s in patterns.items()}, costs, reader,
                         calibrated, tuple(ranked))

@@ -4,6 +4,7 @@
     zarrmax bench URL [--variable NAME ...] [--workers N] [--group G] [-o key=value ...]
     zarrmax advise URL --pattern NAME:WEIGHT ... [--select NAME:WEIGHT:DIM=START:STOP,...] [--variable NAME]
                    [--probe URL | --no-probe] [--budget-mb M] [--max-object-mb M] [--max-objects N] [--top N]
+                   [--batch-window DIM=SIZE,...] [--batch-count N]
 
 URL is a local path, or a file://, s3:// or other fsspec URL; ``-o endpoint=http://...`` and the like become
 storage_options (credentials may also come from the usual AWS_* environment variables; they are never printed).
@@ -104,7 +105,7 @@ def _weighted(text: str, what: str) -> tuple[str, float, str]:
     return name, value, selection
 
 
-def _selection(text: str, spec: str) -> dict[str, slice | int]:
+def _selection(text: str, spec: str, usage: str = "--select NAME:WEIGHT:DIM=START:STOP,...") -> dict[str, slice | int]:
     """``time=0:100,lat=3`` as {"time": slice(0, 100), "lat": 3}."""
     out: dict[str, slice | int] = {}
     for part in filter(None, spec.split(",")):
@@ -118,7 +119,7 @@ def _selection(text: str, spec: str) -> dict[str, slice | int]:
         except ValueError:
             sep = ""
         if not sep or not dim:
-            raise ValueError(f"expected --select NAME:WEIGHT:DIM=START:STOP,... Got {text!r} instead.")
+            raise ValueError(f"expected {usage}. Got {text!r} instead.")
     return out
 
 
@@ -132,6 +133,7 @@ def _parent(url: str) -> str:
 
 
 def advise(args: argparse.Namespace) -> int:
+    from .advise import Batch
     from .advise import advise as run_advice
 
     patterns: dict[str, Any] = {}
@@ -141,13 +143,19 @@ def advise(args: argparse.Namespace) -> int:
     for text in args.select:
         name, weight, spec = _weighted(text, "--select")
         patterns[name] = (weight, _selection(text, spec))
+    window: dict[str, int] = {}
+    usage = "--batch-window DIM=SIZE[,DIM=SIZE]"
+    for dim, size in _selection(args.batch_window, args.batch_window or "", usage).items():
+        if not isinstance(size, int):
+            raise ValueError(f"expected {usage}. Got {args.batch_window!r} instead.")
+        window[dim] = size
     ds = _open(args, None)
     # next to the store, not inside it: a probe cut short leaves nothing in the Zarr hierarchy
     probe = None if args.no_probe else (args.probe or _parent(args.url))
     report = run_advice(ds, patterns, variable=args.variable, store=probe,
                         storage_options=_options(args.option) or None,
                         budget_mb=args.budget_mb, max_object_mb=args.max_object_mb, max_objects=args.max_objects,
-                        progress=True)
+                        batch=Batch(args.batch_count, window or None), progress=True)
     print(report)
     if args.top:
         import pandas as pd
@@ -189,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--budget-mb", type=float, help="most memory a dask task may use to read one object")
             p.add_argument("--max-object-mb", type=float, help="largest stored object")
             p.add_argument("--max-objects", type=int, help="most stored objects for the variable")
+            p.add_argument("--batch-window", metavar="DIM=SIZE,...",
+                           help="random-batch window (default: 8 time steps, 32 cells along other dimensions)")
+            p.add_argument("--batch-count", type=int, default=16, help="random-batch windows (default: 16)")
             p.add_argument("--top", type=int, default=0, help="also print the table's first N rows")
     args = parser.parse_args(argv)
     try:
