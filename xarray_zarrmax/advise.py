@@ -62,7 +62,8 @@ class Batch:
 @dataclass(frozen=True, slots=True)
 class Constraints:
     """Limits a layout must meet: bytes of one stored object, stored objects per variable, and the memory one
-    dask task needs to read one stored object (its values plus its bytes). None: no limit."""
+    ``chunks={}`` dask task needs (its block's values plus their bytes: see `advise_model.task_memory`). None:
+    no limit."""
 
     max_object_bytes: int | None = None
     max_objects: int | None = None
