@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from .accounting import RequestCounts, request_counts
+from .advise import AdviceReport, advise
 from .config import Config, get_config, set_config
 from .errors import CorruptDataError, MetadataError, StoreAccessError, ZarrmaxError
 from .stores import glob
@@ -15,6 +16,7 @@ from .write import to_zarr
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdviceReport",
     "Config",
     "CorruptDataError",
     "MetadataError",
@@ -22,6 +24,7 @@ __all__ = [
     "StoreAccessError",
     "ZarrmaxError",
     "__version__",
+    "advise",
     "get_config",
     "glob",
     "request_counts",

@@ -1,0 +1,320 @@
+"""The layout advisor: its counts against counted reads, its search under constraints, its errors, its CLI."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import xarray_zarrmax
+from xarray_zarrmax import stores
+from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
+from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read
+from xarray_zarrmax.advise_probe import probe_decoder, probe_store
+from xarray_zarrmax.cli import main
+from xarray_zarrmax.config import get_config
+from xarray_zarrmax.layout import Axis, coalesce
+
+SHAPE = (37, 20, 30)
+DIMS = ("time", "lat", "lon")
+#: (chunks, shards): sharded with edge shards and Morton order, one shard per time series, unsharded maps,
+#: small chunks in many shards
+LAYOUTS = [((4, 5, 6), (16, 10, 12)), ((37, 2, 2), (37, 10, 10)), ((1, 20, 30), None), ((2, 4, 4), (8, 8, 8))]
+SELECT_BOX = (1.0, {"time": slice(3, 30), "lat": slice(2, 19), "lon": 7})
+
+
+def dataset() -> xr.Dataset:
+    rng = np.random.default_rng(0)
+    # values never equal the fill value, so zarr stores every chunk inside the array
+    values = rng.random(SHAPE).astype("f4") + 1
+    return xr.Dataset({"t2m": (DIMS, values)},
+                      coords={"lat": np.linspace(-90, 90, SHAPE[1]), "lon": np.linspace(-180, 174, SHAPE[2])})
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
+    """Each layout written uncompressed (so every chunk's stored size is known exactly) to a local store."""
+    root = tmp_path_factory.mktemp("advise")
+    paths = {}
+    for i, (chunks, shards) in enumerate(LAYOUTS):
+        encoding: dict[str, Any] = {"chunks": chunks, "compressors": None}
+        if shards is not None:
+            encoding["shards"] = shards
+        path = str(root / f"l{i}.zarr")
+        dataset().to_zarr(path, encoding={"t2m": encoding}, zarr_format=3, mode="w", consolidated=True)
+        paths[i] = path
+    return paths
+
+
+def local_reader() -> Reader:
+    c = get_config()
+    return Reader(concurrency=c.concurrency, full_shard_fraction=c.full_shard_fraction, coalesce_gap=c.coalesce_gap,
+                  split_size=c.split_size, inflight_bytes=c.inflight_bytes, threads=c.threads, local=True)
+
+
+def selections(name: str) -> list[Any]:
+    spec = SELECT_BOX if name == "box" else 1.0
+    coords = {"lat": dataset()["lat"].values, "lon": dataset()["lon"].values}
+    return pattern_selections(name, spec, DIMS, SHAPE, coords, "t2m")  # type: ignore[arg-type]
+
+
+def read_counted(path: str, sels: list[Any], chunks: Any) -> tuple[int, int]:
+    """GETs and bytes of reading each selection in turn through one open dataset (so indexes are cached as
+    our reader caches them: per open). Opening is counted apart."""
+    ds = xr.open_dataset(path, engine="zarrmax", chunks=chunks, consolidated=True)
+    with xarray_zarrmax.request_counts() as counts:
+        for axes in sels:
+            ds["t2m"][tuple(slice(a.start, a.stop) for a in axes)].values  # noqa: B018  # the read is the point
+    return counts.total("get"), counts.total("bytes")
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=[str(Layout(c, s)) for c, s in LAYOUTS])
+@pytest.mark.parametrize("pattern", [*KNOWN_PATTERNS, "box"])
+@pytest.mark.parametrize("gap", [2**20, 0], ids=["gap=1MiB", "gap=0"])  # 0: every run of the Morton order shows
+def test_counts_equal_counted_reads(written: dict[int, str], layout: int, pattern: str, gap: int,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # freshly written files are "racy" for 2 s: their indexes would not be cached, and the multi-window
+    # pattern would fetch them again; the model assumes a settled store (as S3's ETags always are)
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    chunks, shards = LAYOUTS[layout]
+    sels = selections(pattern)
+    with xarray_zarrmax.set_config(coalesce_gap=gap):
+        predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
+        assert (predicted.requests, predicted.bytes) == read_counted(written[layout], sels, None)
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=[str(Layout(c, s)) for c, s in LAYOUTS])
+@pytest.mark.parametrize("pattern", ["timeseries", "map", "region-mean", "full-scan"])
+def test_counts_equal_counted_dask_reads(written: dict[int, str], layout: int, pattern: str) -> None:
+    """With dask (one task per group of whole objects), each object is still fetched once, the same way."""
+    chunks, shards = LAYOUTS[layout]
+    sels = selections(pattern)
+    predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
+    assert (predicted.requests, predicted.bytes) == read_counted(written[layout], sels, {})
+
+
+def test_counts_equal_counted_reads_on_random_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random shapes (1 to 3 dimensions), chunks, shards, boxes and coalescing gaps: the model still counts
+    every GET and byte of the real read."""
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    rng = np.random.default_rng(7)
+    for case in range(25):
+        ndim = int(rng.integers(1, 4))
+        shape = tuple(int(rng.integers(1, 40)) for _ in range(ndim))
+        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
+        shards = None if rng.random() < 0.25 else tuple(c * int(rng.integers(1, 6)) for c in chunks)
+        dims = tuple(f"d{i}" for i in range(ndim))
+        encoding: dict[str, Any] = {"chunks": chunks, "compressors": None} | ({"shards": shards} if shards else {})
+        path = str(tmp_path / f"c{case}.zarr")
+        values = rng.random(shape).astype("f8") + 1
+        xr.Dataset({"v": (dims, values)}).to_zarr(path, encoding={"v": encoding}, zarr_format=3, consolidated=True)
+        boxes = []
+        for _ in range(int(rng.integers(1, 4))):
+            starts = [int(rng.integers(0, n)) for n in shape]
+            boxes.append(tuple(Axis(a, int(rng.integers(a + 1, n + 1))) for a, n in zip(starts, shape, strict=True)))
+        gap = int(rng.choice([0, 8, 2**20]))
+        with xarray_zarrmax.set_config(coalesce_gap=gap):
+            predicted = count_read(boxes, shape, 8, Layout(chunks, shards), 8 * math.prod(chunks), local_reader())
+            ds = xr.open_dataset(path, engine="zarrmax", chunks=None, consolidated=True)
+            with xarray_zarrmax.request_counts() as counts:
+                for axes in boxes:
+                    ds["v"][tuple(slice(a.start, a.stop) for a in axes)].values  # noqa: B018
+        assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), (
+            case, shape, chunks, shards, [(a.start, a.stop) for a in axes], gap)
+
+
+@pytest.mark.s3
+def test_counts_equal_counted_reads_on_minio(minio: Any, bucket: str) -> None:
+    """On S3 an object above split_size comes in parts: the model counts them too."""
+    options = minio.storage_options()
+    url = f"s3://{bucket}/advise-counts.zarr"
+    chunks, shards = (4, 5, 6), (16, 10, 12)
+    xarray_zarrmax.to_zarr(dataset(), url, encoding={"t2m": {"chunks": chunks, "shards": shards, "compressors": None}},
+                           mode="w", consolidated=True, storage_options=options)
+    with xarray_zarrmax.set_config(split_size=2048):  # shards of about 7.7 kB: whole-shard GETs in 4 parts
+        reader = Reader(concurrency=get_config().concurrency, split_size=2048, local=False)
+        for pattern in ("timeseries", "map", "full-scan"):
+            sels = selections(pattern)
+            predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), reader)
+            ds = xr.open_dataset(url, engine="zarrmax", chunks=None, storage_options=options)
+            with xarray_zarrmax.request_counts() as counts:
+                ds["t2m"][tuple(slice(a.start, a.stop) for a in sels[0])].values  # noqa: B018
+            assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), pattern
+
+
+@pytest.mark.s3
+def test_probe_store_on_minio_cleans_up(minio: Any, bucket: str) -> None:
+    import obstore
+
+    probe = probe_store(f"s3://{bucket}/scratch", minio.storage_options(), large=2**20)
+    assert not probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
+    assert list(obstore.list(minio.obstore(bucket, "scratch")).collect()) == []
+
+
+def test_coalesced_runs_equal_coalesce() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        ranks = rng.choice(200, size=int(rng.integers(1, 40)), replace=False)
+        size, gap = int(rng.integers(1, 50)), int(rng.integers(0, 200))
+        merged = coalesce([(int(r) * size, (int(r) + 1) * size) for r in ranks], gap)
+        assert coalesced_runs(ranks, size, gap) == (len(merged), sum(b - a for a, b, _ in merged))
+
+
+GEOS = (5136, 721, 1152)  # seed 001's GEOS-FP cube (time, lat, lon)
+
+
+@pytest.mark.parametrize("max_object_mb", [None, 4, 64])
+@pytest.mark.parametrize("max_objects", [None, 10_000, 1_000_000])
+@pytest.mark.parametrize("budget_mb", [None, 32, 512])
+def test_search_honours_every_constraint(max_object_mb: int | None, max_objects: int | None,
+                                         budget_mb: int | None) -> None:
+    costs = Costs(ratio=0.5)
+    constraints = Constraints(None if max_object_mb is None else max_object_mb * 2**20, max_objects,
+                              None if budget_mb is None else budget_mb * 2**20)
+    ranked = rank(GEOS, DIMS, 4, {"timeseries": 0.5, "map": 0.5}, costs=costs, reader=Reader(),
+                  constraints=constraints)
+    assert ranked
+    for c in ranked:
+        assert max_object_mb is None or c.object_bytes <= max_object_mb * 2**20
+        assert max_objects is None or c.objects <= max_objects
+        assert budget_mb is None or c.task_memory <= budget_mb * 2**20
+        assert c.objects == math.prod(-(-n // o) for n, o in zip(GEOS, c.layout.outer, strict=True))
+    assert [c.score for c in ranked] == sorted(c.score for c in ranked)
+
+
+def test_best_layout_follows_the_pattern() -> None:
+    def best(mix: dict[str, float]) -> Layout:
+        return rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader())[0].layout
+
+    series, maps = best({"timeseries": 1.0}), best({"map": 1.0})
+    assert series.outer[0] == GEOS[0] and math.prod(series.chunks[1:]) <= 16  # all time, a few cells
+    assert maps.chunks[0] == 1 and math.prod(maps.outer[1:]) >= GEOS[1] * GEOS[2] // 16  # one step, wide
+
+
+def test_advise_returns_an_encoding_ready_for_to_zarr(tmp_path: Path) -> None:
+    ds = dataset()
+    report = advise(ds, {"timeseries": 0.5, "map": 0.5}, costs=Costs(ratio=1.0))
+    assert set(report.best.encoding) == {"t2m"}
+    enc = report.best.encoding["t2m"]
+    assert set(enc) <= {"chunks", "shards"} and len(enc["chunks"]) == 3
+    xarray_zarrmax.to_zarr(ds, str(tmp_path / "advised.zarr"), encoding=report.best.encoding)
+    back = xr.open_dataset(str(tmp_path / "advised.zarr"), engine="zarrmax", chunks=None)
+    assert back["t2m"].encoding["chunks"] == enc["chunks"]
+    table = report.table
+    assert len(table) == len(report.candidates) and table["score"].is_monotonic_increasing
+    assert {"timeseries:requests", "map:bytes", "map:round_trips", "timeseries:seconds", "map:peak_mb"} <= set(
+        table.columns)
+    text = str(report)
+    assert "layout advice for 't2m'" in text and "best: {'t2m'" in text and "no store probed" in text
+
+
+def test_unknown_pattern_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=re.escape(
+            "unknown access pattern 'heatmap': expected one of timeseries, map, region-mean, map-mean, full-scan, "
+            "random-batch, or a selection {dim: slice} of your own")):
+        advise(dataset(), {"heatmap": 1.0}, costs=Costs())
+
+
+def test_missing_dimension_names_it_and_the_variables_dims() -> None:
+    with pytest.raises(ValueError, match=re.escape(
+            "pattern 'levels' selects dimension 'level', which variable 't2m' does not have: its dimensions are "
+            "('time', 'lat', 'lon')")):
+        advise(dataset(), {"levels": (1.0, {"level": slice(0, 3)})}, costs=Costs())
+
+
+@pytest.mark.parametrize("weight", [0, -1.0, float("nan")])
+def test_weights_must_be_positive(weight: float) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"expected a positive weight for pattern 'map'. Got {weight!r}")):
+        advise(dataset(), {"timeseries": 1.0, "map": weight}, costs=Costs())
+
+
+@pytest.mark.parametrize(("task_bytes", "smallest"), [
+    (0, "0.00458 MB, chunks 1x20x30"),  # one task per object: the smallest object
+    (32 * 2**20, "0.169 MB, chunks 37x20x30"),  # small objects are grouped: every task reads the whole array
+])
+def test_impossible_budget_says_the_smallest_achievable(task_bytes: int, smallest: str) -> None:
+    layouts = [Layout((37, 20, 30)), Layout((1, 20, 30)), Layout((1, 10, 10), (1, 20, 30))]
+    with xarray_zarrmax.set_config(task_bytes=task_bytes), pytest.raises(ValueError, match=re.escape(
+            f"no candidate layout of 3 meets every constraint: memory per task <= 0.001 MB (the smallest "
+            f"achievable is {smallest})")):
+        advise(dataset(), {"map": 1.0}, costs=Costs(ratio=1.0), layouts=layouts, budget_mb=0.001)
+
+
+def test_constraints_that_only_conflict_together() -> None:
+    # 8.5 GB of encoded values in at most 1000 objects needs objects of 8.5 MB: not with 1 MB ones
+    with pytest.raises(ValueError, match=re.escape(
+            "no candidate layout of 1808 meets every constraint: objects of <= 1 MB (the smallest achievable is "
+            "9 MB with the other constraints, chunks 4x64x128 in 32x128x1152); <= 1000 objects (the fewest "
+            "achievable is 8652 with the other constraints, chunks 214x1x128 in 428x1x1152)")):
+        rank(GEOS, DIMS, 4, {"map": 1.0}, costs=Costs(ratio=0.5), reader=Reader(),
+             constraints=Constraints(max_object_bytes=2**20, max_objects=1000))
+
+
+def test_probe_store_measures_and_cleans_up(tmp_path: Path) -> None:
+    steps: list[tuple[int, int, str]] = []
+    probe = probe_store(str(tmp_path), large=2**20, progress=lambda d, t, w: steps.append((d, t, w)))
+    assert probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
+    assert list(tmp_path.iterdir()) == []
+    assert [d for d, _, _ in steps] == list(range(1, steps[0][1] + 1))
+
+
+def test_advise_probes_the_store_with_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path))
+    assert report.calibrated and report.reader.local and "store probed" in str(report)
+    assert "probing [" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    quiet = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path), progress=False)
+    assert quiet.calibrated and capsys.readouterr().err == ""
+
+
+def test_probe_decoder_ratio() -> None:
+    compressible = probe_decoder(np.zeros(2**18, dtype="f4"))
+    noise = probe_decoder(np.random.default_rng(0).random(2**18))
+    assert compressible.ratio < 0.01 < 0.5 < noise.ratio and compressible.decode_bps > 0
+
+
+def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "d.zarr")
+    dataset().to_zarr(path, zarr_format=3, mode="w", consolidated=True)
+    assert main(["advise", path, "--pattern", "timeseries:0.5", "--pattern", "map:0.3", "--pattern",
+                 "random-batch:0.1", "--batch-window", "time=4,lat=5", "--batch-count", "3",
+                 "--select", "box:0.2:time=3:30,lon=7", "--top", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "probing [" in captured.err and "9/9 DELETE probe objects" in captured.err
+    assert "store probed: latency" in captured.out and "best: {'t2m': {'chunks': (" in captured.out
+    assert "timeseries:requests" in captured.out  # the table's first rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]  # probed beside the store, cleaned up
+
+
+@pytest.mark.parametrize(("url", "parent"), [("s3://b/x/y.zarr", "s3://b/x"), ("s3://b/y.zarr/", "s3://b"),
+                                             ("/d/y.zarr", "/d"), ("y.zarr", "."), ("file:///d/y.zarr", "file:///d")])
+def test_cli_probes_beside_the_store(url: str, parent: str) -> None:
+    from xarray_zarrmax.cli import _parent
+
+    assert _parent(url) == parent
+
+
+def test_random_batch_windows_follow_the_batch() -> None:
+    windows = pattern_selections("random-batch", 1.0, DIMS, SHAPE, batch=Batch(5, {"lat": 3, "lon": 40}))
+    assert len(windows) == 5
+    assert {tuple(a.size for a in w) for w in windows} == {(8, 3, 30)}  # the lon window is clipped to the array
+    with pytest.raises(ValueError, match=re.escape(
+            "pattern 'random-batch' selects dimension 'level', which variable 't2m' does not have: its dimensions "
+            "are ('time', 'lat', 'lon')")):
+        advise(dataset(), {"random-batch": 1.0}, costs=Costs(), batch=Batch(window={"level": 2}))
+
+
+def test_cli_advise_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "d.zarr")
+    dataset().to_zarr(path, zarr_format=3, mode="w", consolidated=True)
+    assert main(["advise", path, "--no-probe", "--pattern", "heatmap:1"]) == 1
+    assert "unknown access pattern 'heatmap'" in capsys.readouterr().err
+    assert main(["advise", path, "--no-probe", "--pattern", "map"]) == 1
+    assert "expected --pattern NAME:WEIGHT, e.g. timeseries:0.5. Got 'map' instead." in capsys.readouterr().err
+    assert main(["advise", path, "--no-probe", "--pattern", "map:1", "--batch-window", "lat=1:3"]) == 1
+    assert "expected --batch-window DIM=SIZE[,DIM=SIZE]. Got 'lat=1:3' instead." in capsys.readouterr().err

@@ -1,0 +1,293 @@
+"""The layout advisor's cost model: pure arithmetic on geometry, no I/O.
+
+For a candidate layout (inner chunk shape, shard shape or none) and a read (one or more box selections) it
+counts what our reader sends, decision for decision as `xarray_zarrmax.fetch` makes them: one GET per
+unsharded chunk; for a shard, one whole-object GET (in ``split_size`` parts on remote stores) when the read
+needs at least ``full_shard_fraction`` of its chunks and its index is not cached, otherwise one suffix GET
+of the index (``16 * n + 4`` bytes, then cached for the rest of the open) and one GET per run of chunks
+coalesced within ``coalesce_gap``. Counts come from `layout.plan_reads` run on each dimension alone; objects
+whose per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs
+as many simulated objects as there are distinct footprints (a handful), not millions.
+
+Time is then ``round_trips * latency + bytes / bandwidth + decoded_bytes / decode_rate``: see `predict`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from .layout import Axis, Selection, plan_reads, task_chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A candidate storage layout for one variable: inner chunks, and the shard holding them (None: unsharded)."""
+
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None = None
+
+    @property
+    def outer(self) -> tuple[int, ...]:
+        """The stored object's shape: the shard, or the chunk when unsharded."""
+        return self.shards if self.shards is not None else self.chunks
+
+    def chunks_per_object(self) -> int:
+        return math.prod(o // c for o, c in zip(self.outer, self.chunks, strict=True))
+
+    def encoding(self) -> dict[str, tuple[int, ...]]:
+        """The ``to_zarr`` encoding entry for this layout (``chunks`` is the shard shape when sharded, as
+        xarray's ``encoding["shards"]`` convention wants the inner chunk in ``chunks``)."""
+        enc: dict[str, tuple[int, ...]] = {"chunks": self.chunks}
+        if self.shards is not None:
+            enc["shards"] = self.shards
+        return enc
+
+    def __str__(self) -> str:
+        chunks = "x".join(map(str, self.chunks))
+        return chunks if self.shards is None else f"{chunks} in {'x'.join(map(str, self.shards))}"
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """How our reader fetches: the `Config` fields the counts depend on, and whether the store is local
+    (local files are read whole in one request; remote objects above ``split_size`` in parts)."""
+
+    concurrency: int = 128
+    full_shard_fraction: float = 0.5
+    coalesce_gap: int = 2**20
+    split_size: int = 16 * 2**20
+    inflight_bytes: int = 512 * 2**20
+    task_bytes: int = 32 * 2**20
+    threads: int = 1
+    local: bool = False
+    index_crc32c: bool = True  # zarr-python writes a crc32c after every shard index
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Calibration: what a store and a decoder deliver (from `advise_probe`, or given)."""
+
+    latency_s: float = 0.02  # first byte of a GET
+    request_bps: float = 80e6  # one request's stream
+    aggregate_bps: float = 2e9  # every stream together (the NIC, or the server)
+    decode_bps: float = 1e9  # decoded bytes per second per thread
+    ratio: float = 1.0  # encoded / decoded bytes of a chunk
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCounts:
+    """What one read (a pattern) costs under one layout."""
+
+    objects: int = 0  # stored objects touched
+    requests: int = 0  # GETs, index reads included
+    index_requests: int = 0
+    bytes: int = 0  # bytes fetched
+    decoded_bytes: int = 0  # bytes of chunks decoded
+    round_trips: int = 0  # sequential latencies on the critical path
+    peak_bytes: int = 0  # result + fetched-not-decoded bytes + one decoded chunk per thread
+
+    def __add__(self, other: ReadCounts) -> ReadCounts:
+        return ReadCounts(
+            self.objects + other.objects, self.requests + other.requests,
+            self.index_requests + other.index_requests, self.bytes + other.bytes,
+            self.decoded_bytes + other.decoded_bytes, self.round_trips + other.round_trips,
+            max(self.peak_bytes, other.peak_bytes),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A read's counts and its predicted seconds."""
+
+    counts: ReadCounts
+    seconds: float
+
+
+@dataclass(slots=True)
+class IndexCache:
+    """The shard indexes a read has seen (our reader caches them per open); keyed by object coordinates."""
+
+    seen: set[tuple[int, ...]] = field(default_factory=set)
+
+
+@lru_cache(maxsize=256)
+def _write_order(chunks_per_shard: tuple[int, ...]) -> np.ndarray:
+    """The chunk coordinates of a shard in the order of its bytes, ``(n, ndim)``: zarr-python writes them in
+    Morton order by default."""
+    try:
+        from zarr.core.indexing import morton_order_coords
+
+        order = np.asarray(morton_order_coords(chunks_per_shard), dtype=np.int64)
+    except ImportError:  # an older zarr: lexicographic
+        order = np.indices(chunks_per_shard).reshape(len(chunks_per_shard), -1).T
+    return order.reshape(-1, len(chunks_per_shard))
+
+
+@lru_cache(maxsize=1024)
+def _stored_rank(grid: tuple[int, ...], present: tuple[int, ...]) -> np.ndarray:
+    """Per chunk of the shard (an array of the grid's shape), its position among the stored chunks: write
+    order, skipping the chunks outside the array (zarr does not store chunks holding only the fill value)."""
+    order = _write_order(grid)
+    stored = np.all(order < np.asarray(present), axis=1)
+    rank = np.full(grid, -1, dtype=np.int64)
+    rank[tuple(order[stored].T)] = np.arange(int(stored.sum()))
+    return rank
+
+
+def coalesced_runs(ranks: np.ndarray, size: int, gap: int) -> tuple[int, int]:
+    """(requests, bytes) of `layout.coalesce` applied to the ranges ``[r * size, (r + 1) * size)`` of distinct
+    ``ranks``: consecutive ranges merge when the bytes between them are at most ``gap``."""
+    r = np.sort(ranks)
+    if r.size == 0:
+        return 0, 0
+    breaks = (np.diff(r) - 1) * size > gap
+    starts = np.concatenate(([r[0]], r[1:][breaks]))
+    stops = np.concatenate((r[:-1][breaks], [r[-1]]))
+    return int(starts.size), int((stops - starts + 1).sum()) * size
+
+
+@lru_cache(maxsize=65536)
+def _footprints(start: int, stop: int, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    return tuple((coords[0], tuple(p.coords[0] for p in pieces))
+                 for coords, pieces in plan_reads((Axis(start, stop),), (n,), (outer,), (inner,)))
+
+
+def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Per object along one dimension: its index and the chunk indices (inside it) the read touches."""
+    if axis.indices is not None:
+        raise ValueError("expected box selections (ranges along every dimension)")
+    return _footprints(axis.start, axis.stop, n, outer, inner)
+
+
+def _present(n: int, outer: int, inner: int, obj: int) -> int:
+    """Chunks of object ``obj`` along one dimension that hold array elements (the rest are never written)."""
+    return min(outer // inner, -(-(n - obj * outer) // inner))
+
+
+def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], touched: Sequence[tuple[int, ...]],
+                  chunk_enc: int, reader: Reader, cached: bool) -> tuple[int, int, int, int]:
+    """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
+    (per dimension, their indices inside it), as `fetch._fetch_object_once` does it."""
+    if layout.shards is None:
+        parts = 1 if reader.local else max(1, -(-chunk_enc // reader.split_size))
+        return parts, 0, chunk_enc, 1 + (parts > 1)
+    present = [_present(n, o, c, i) for n, o, c, i in zip(shape, layout.shards, layout.chunks, obj, strict=True)]
+    index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
+    stored = math.prod(present) * chunk_enc + index_nbytes
+    pieces = math.prod(len(t) for t in touched)
+    if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
+        parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
+        return parts, 0, stored, 1 + (parts > 1)
+    # Byte ranges of the touched chunks: dense chunks of equal encoded size, laid out in write order with
+    # the chunks outside the array skipped (they hold only the fill value, which zarr does not store).
+    rank = _stored_rank(tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True)), tuple(present))
+    runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), chunk_enc, reader.coalesce_gap)
+    index = 0 if cached else 1
+    return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index
+
+
+def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: int, layout: Layout,
+               chunk_enc: int, reader: Reader, cache: IndexCache | None = None) -> ReadCounts:
+    """Count what reading ``selections`` one after the other costs (a fresh open unless ``cache`` is given).
+
+    Parameters
+    ----------
+    selections
+        Box selections (one `Axis` per dimension, ranges only), read in order.
+    chunk_enc
+        Encoded bytes of one chunk (every chunk, edge chunks included, is stored at its full shape).
+    """
+    cache = IndexCache() if cache is None else cache
+    total = ReadCounts()
+    chunk_dec = itemsize * math.prod(layout.chunks)
+    for axes in selections:
+        per_dim = [_dimension_footprints(a, int(n), o, c)
+                   for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True)]
+        if any(not d for d in per_dim):
+            continue
+        # Objects with the same (edge status, touched chunks) along every dimension fetch alike: per dimension,
+        # count the objects of each footprint, and simulate one object per combination of footprints. Cached
+        # indexes break that symmetry, so reads of several selections (ML batches: small) go object by object.
+        one_by_one = len(selections) > 1 or bool(cache.seen)
+        keyed: list[Counter[tuple[int, int, tuple[int, ...]]]] = []
+        for d, n, o, c in zip(per_dim, shape, layout.outer, layout.chunks, strict=True):
+            keyed.append(Counter((i if one_by_one else -1, _present(int(n), o, c, i) if layout.shards else 0, t)
+                                 for i, t in d))
+        groups: list[tuple[int, tuple[int, ...], list[tuple[int, ...]], bool]] = []
+        for combo in itertools.product(*(k.items() for k in keyed)):
+            count = math.prod(m for _, m in combo)
+            keys = [k for k, _ in combo]
+            obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
+            groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
+        objects = requests = index_requests = nbytes = decoded = 0
+        rounds_per_object = 1
+        for count, obj, touched, seen in groups:
+            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
+            objects += count
+            requests += r * count
+            index_requests += ir * count
+            nbytes += b * count
+            decoded += math.prod(len(t) for t in touched) * chunk_dec * count
+            rounds_per_object = max(rounds_per_object, rt)
+        if layout.shards is not None and one_by_one:
+            cache.seen.update(obj for _, obj, _, _ in groups)
+        object_dec = chunk_dec * layout.chunks_per_object()
+        slots = max(1, min(reader.concurrency, reader.inflight_bytes // max(object_dec, 1)))
+        waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
+        result = itemsize * math.prod(a.size for a in axes)
+        in_flight = min(objects, slots) * (nbytes // max(objects, 1))
+        peak = result + in_flight + reader.threads * chunk_dec
+        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak)
+    return total
+
+
+def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Sequence[int],
+                    layout: Layout) -> tuple[int, ...]:
+    """An object coordinate with the given number of present chunks along each dimension: the last object
+    where that number is an edge's, else the first (only the present counts matter to `_object_fetch`)."""
+    coords = []
+    for (_, present, _), n, o, c in zip(keys, shape, layout.outer, layout.chunks, strict=True):
+        last = -(-int(n) // o) - 1
+        coords.append(last if layout.shards is not None and _present(int(n), o, c, last) == present else 0)
+    return tuple(coords)
+
+
+def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
+    """Seconds for a read: every round trip pays the latency; the bytes stream at the smaller of what the
+    requests in flight and the store as a whole deliver; decoding runs on ``threads`` threads alongside."""
+    if counts.requests == 0:
+        return 0.0
+    in_flight = min(counts.requests, reader.concurrency)
+    bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
+    return (counts.round_trips * costs.latency_s + counts.bytes / bandwidth
+            + counts.decoded_bytes / (costs.decode_bps * max(reader.threads, 1)))
+
+
+def task_memory(shape: Sequence[int], layout: Layout, itemsize: int, ratio: float, task_bytes: int) -> int:
+    """Peak bytes of one dask task of a ``chunks={}`` read: its block's decoded values plus their encoded bytes.
+
+    A task reads whole stored objects: one, or (objects under ``task_bytes / 2``) a group of about
+    ``task_bytes`` of them, as `layout.task_chunks` groups them.
+    """
+    block = task_chunks(shape, layout.outer, itemsize, task_bytes)  # regular grids: ints only
+    decoded = itemsize * math.prod(min(b, int(n)) for b, n in zip(block, shape, strict=True) if isinstance(b, int))
+    return decoded + int(decoded * ratio)
+
+
+def object_nbytes(layout: Layout, itemsize: int, ratio: float) -> int:
+    return int(itemsize * math.prod(layout.outer) * ratio)
+
+
+def object_count(shape: Sequence[int], layout: Layout) -> int:
+    return math.prod(-(-int(n) // o) for n, o in zip(shape, layout.outer, strict=True))
+
+
+__all__ = ["Costs", "IndexCache", "Layout", "Prediction", "ReadCounts", "Reader", "count_read", "object_count",
+           "object_nbytes", "predict", "task_memory"]

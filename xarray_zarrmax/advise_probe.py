@@ -1,0 +1,176 @@
+"""Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a
+sample of the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
+
+Three store numbers come out (see `StoreProbe`): the latency of a GET (median time of tiny GETs), the
+throughput of one request stream (a large GET, less its latency) and the aggregate throughput (``parallel``
+large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what our writer uses by
+default) and times its decode: the compression ratio and decoded bytes per second per thread.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+#: A progress callback: (step done, steps in all, what is being done).
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProbe:
+    """What one store delivers, measured."""
+
+    latency_s: float
+    request_bps: float
+    aggregate_bps: float
+    local: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderProbe:
+    """numcodecs zstd on a sample: decoded bytes per second on one thread, and encoded / decoded bytes."""
+
+    decode_bps: float
+    ratio: float
+
+
+def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
+    """A one-line progress bar (``\\r``-redrawn) on ``stream``, ending with a newline at the last step."""
+
+    def show(done: int, total: int, what: str) -> None:
+        filled = width * done // max(total, 1)
+        stream.write(f"\rprobing [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<24}")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+class _Objects:
+    """PUT, GET (whole or a range) and DELETE of probe objects, on a local directory or an obstore store."""
+
+    def __init__(self, target: str, storage_options: Mapping[str, Any] | None) -> None:
+        self.prefix = f"zarrmax-probe-{uuid.uuid4().hex[:12]}"
+        scheme = target.split("://", 1)[0].lower() if "://" in target else ""
+        self.local = scheme in ("", "file")
+        if self.local:
+            self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
+            self.root.mkdir(parents=True)
+        elif scheme == "s3":
+            from .stores import s3_store_from_url
+
+            self.store = s3_store_from_url(target, storage_options).store
+        else:
+            raise ValueError(f"expected a local directory or an s3:// URL to probe. Got {target.split('://')[0]!r}"
+                             " URLs instead.")
+
+    def put(self, name: str, data: bytes) -> None:
+        if self.local:
+            (self.root / name).write_bytes(data)
+        else:
+            import obstore
+
+            obstore.put(self.store, f"{self.prefix}/{name}", data)
+
+    def get(self, name: str, nbytes: int) -> int:
+        """The first ``nbytes`` bytes of an object; returns how many came."""
+        if self.local:
+            fd = os.open(self.root / name, os.O_RDONLY)
+            try:
+                return len(os.pread(fd, nbytes, 0))
+            finally:
+                os.close(fd)
+        import obstore
+
+        return len(obstore.get_range(self.store, f"{self.prefix}/{name}", start=0, end=nbytes))
+
+    def cleanup(self, names: list[str]) -> None:
+        if self.local:
+            for name in names:
+                (self.root / name).unlink(missing_ok=True)
+            self.root.rmdir()
+        else:
+            import obstore
+
+            for name in names:
+                obstore.delete(self.store, f"{self.prefix}/{name}")
+
+
+def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *, large: int = 8 * 2**20,
+                repeats: int = 5, parallel: int = 8, progress: Progress | None = None) -> StoreProbe:
+    """Time GETs against ``target`` (a local directory or an ``s3://bucket/prefix/``), then delete what was
+    written.
+
+    Parameters
+    ----------
+    large
+        Bytes of the object timed for throughput (8 MiB: long enough that latency is a small part of it).
+    repeats
+        Tiny GETs timed for the latency (their median is taken: the first pays connection setup).
+    parallel
+        GETs of the large object in flight at once for the aggregate throughput.
+    """
+    steps = repeats + 4  # PUT, the latency GETs, one stream, parallel streams, DELETE
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, steps, what)
+
+    objects = _Objects(target, storage_options)
+    names = ["tiny", "large"]
+    try:
+        objects.put("tiny", b"x" * 16)
+        objects.put("large", os.urandom(large))  # incompressible: no transport compression flatters it
+        step("PUT probe objects")
+        latencies = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            objects.get("tiny", 16)
+            latencies.append(time.perf_counter() - t0)
+            step("GET latency")
+        latency = statistics.median(latencies)
+        t0 = time.perf_counter()
+        objects.get("large", large)
+        one = max(time.perf_counter() - t0 - latency, 1e-6)
+        step("GET one stream")
+        with ThreadPoolExecutor(parallel) as pool:
+            t0 = time.perf_counter()
+            list(pool.map(lambda _: objects.get("large", large), range(parallel)))
+            many = max(time.perf_counter() - t0 - latency, 1e-6)
+        step("GET in parallel")
+    finally:
+        objects.cleanup(names)
+    step("DELETE probe objects")
+    request_bps = large / one
+    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / many), objects.local)
+
+
+def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> DecoderProbe:
+    """Compress ``sample`` with zstd at ``level`` and time the decode (best of ``repeats``)."""
+    from numcodecs import Zstd
+
+    codec = Zstd(level=level)
+    raw = np.ascontiguousarray(sample)
+    if raw.nbytes == 0:
+        raise ValueError("expected a non-empty sample of the variable to probe the decoder. Got 0 bytes.")
+    encoded = codec.encode(raw)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        codec.decode(encoded)
+        best = min(best, time.perf_counter() - t0)
+    return DecoderProbe(raw.nbytes / max(best, 1e-9), len(encoded) / raw.nbytes)
