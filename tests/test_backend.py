@@ -153,6 +153,15 @@ def test_small_stored_objects_are_grouped_into_dask_tasks(tmp_path):
         assert xr.open_dataset(path, engine="zarrmax", chunks={"t": 10}, consolidated=False).v.data.npartitions == 50
 
 
+def test_grouped_tasks_agree_across_dtypes_so_dataset_chunks_work(tmp_path):
+    group = zarr.open_group(tmp_path / "mixed.zarr", mode="w", zarr_format=3)
+    for name, dtype in (("a", "f8"), ("b", "f4"), ("c", "i2")):
+        group.create_array(name, shape=(100,), chunks=(5,), dtype=dtype, dimension_names=["x"])[...] = 1
+    with set_config(task_bytes=400):
+        ds = xr.open_dataset(tmp_path / "mixed.zarr", engine="zarrmax", chunks={}, consolidated=False)
+    assert dict(ds.chunks) == {"x": (50, 50)}  # the same grouping for every dtype: no unify_chunks needed
+
+
 def test_group_drop_variables_and_without_dask(tmp_path):
     path = tmp_path / "nested.zarr"
     era5_like().to_zarr(path, group="a/b", zarr_format=3, consolidated=False)

@@ -119,3 +119,21 @@ def test_files_truncated_and_replaced_during_reads_give_errors_or_right_answers(
         stop.set()
         thread.join()
     assert outcomes["right"] + outcomes["error"] > 5, outcomes
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_chunk_key_that_became_a_directory_reads_as_missing_like_engine_zarr(tmp_path, compressed):
+    path = tmp_path / "d.zarr"
+    codecs = [ZstdCodec(level=1)] if compressed else None
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("v", shape=(6, 4), chunks=(6, 4), dtype="f8", fill_value=-1.0, dimension_names=["t", "x"],
+                       compressors=codecs)[...] = 1.0
+    ours = xr.open_dataset(path, engine="zarrmax", consolidated=False)
+    theirs = xr.open_dataset(path, engine="zarr", consolidated=False)
+    # rewritten under the open Datasets with one more dimension: the key v/c/0/0 is now a directory
+    group.create_array("v", shape=(6, 4, 2), chunks=(6, 4, 1), dtype="f8", fill_value=-1.0, overwrite=True,
+                       dimension_names=["t", "x", "y"], compressors=codecs)[...] = 2.0
+    assert (path / "v" / "c" / "0" / "0").is_dir()
+    for sel in (slice(None), slice(1, 3)):  # whole chunk (read into the output when uncompressed), and part
+        np.testing.assert_array_equal(ours.v[sel].values, theirs.v[sel].values)
+        np.testing.assert_array_equal(ours.v[sel].values, -1.0)  # a missing chunk: the fill value

@@ -589,7 +589,7 @@ def repo(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         minio: MinioServer = request.getfixturevalue("minio")
         so = minio.storage_options()
         storage = icechunk.s3_storage(
-            bucket=request.getfixturevalue("bucket"), prefix=f"ic{next(_counter)}", region="us-east-1",
+            bucket=request.getfixturevalue("bucket"), prefix=f"write-ic{next(_counter)}", region="us-east-1",
             endpoint_url=minio.endpoint, allow_http=True, force_path_style=True,
             access_key_id=so["access_key_id"], secret_access_key=so["secret_access_key"])
     return icechunk.Repository.create(storage)

@@ -347,7 +347,9 @@ class ZarrmaxStore(AbstractDataStore):
             # dask's concatenate makes a big-endian result native, so the computed dtype depends on the number
             # of blocks: keep engine="zarr"'s blocks for the same answer
             return outer
-        return task_chunks(wrapper.shape, outer, max(dtype.itemsize, 1), get_config().task_bytes)
+        # 8 bytes an element whatever the dtype: variables that share stored chunks share dask chunks (xarray's
+        # Dataset.chunks refuses a dataset whose variables disagree along a dimension)
+        return task_chunks(wrapper.shape, outer, 8, get_config().task_bytes)
 
     def open_store_variable(self, node: ArrayNode) -> Variable:
         from xarray.backends.zarr import FillValueCoder

@@ -184,7 +184,7 @@ class LocalSink(Sink):
     def update(self, key: str, merge: Merge) -> None:
         path = self._path(key)
         with self._naming("updating", key), self._locked(path):
-            got = self.source.read(key)
+            got = self.source.read_settled(key)
             new = merge(None if got is None else got.data)
             if new is None:
                 if got is not None:

@@ -20,6 +20,7 @@ import os
 import pickle
 import random
 import re
+import stat
 import threading
 import time
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping, Sequence
@@ -229,8 +230,12 @@ def _file_fetched(data: np.ndarray, st: os.stat_result) -> Fetched:
 
 
 def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
-    """Raise `ObjectChanged` if the file was modified in place while it was read: a writer that truncates and
-    rewrites a file can leave a reader with bytes from two versions (or zeros) and no short read to show it."""
+    """Raise `ObjectChanged` if the file's size or timestamps changed while it was read: a writer that truncates
+    and rewrites a file in place can leave a reader with bytes from two versions (or zeros) and no short read.
+
+    This catches a write that starts during the read. One already under way when the read began (its
+    timestamps set before our first fstat) is not visible: no reader without a lock can tell; engine="zarr"
+    returns such bytes too. Writers that replace files atomically (zarr-python's, ours) are always safe."""
     if _file_version(os.fstat(fd)) != _file_version(before):
         raise ObjectChanged(key)
 
@@ -261,9 +266,15 @@ class LocalSource(ByteSource):
 
     def _open(self, key: str) -> int | None:
         try:
-            return os.open(self._path(key), os.O_RDONLY)
+            fd = os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            # A key that is now a directory (the array was rewritten with more dimensions under an open
+            # Dataset) holds no object: zarr's LocalStore reads it as a missing chunk, and so do we.
+            os.close(fd)
+            return None
+        return fd
 
     def read(self, key: str, max_size: int | None = None) -> Fetched | None:
         fd = self._open(key)
@@ -284,8 +295,9 @@ class LocalSource(ByteSource):
     def read_into(self, key: str, out: np.ndarray) -> bool:
         """Fill ``out`` (bytes) with the whole object, read straight into it: False if there is no object.
 
-        The object must be exactly ``out.nbytes`` long. A file truncated or replaced while it is read gives a
-        short read (an error), or the complete bytes of the file that was opened: never part of two files.
+        The object must be exactly ``out.nbytes`` long. A file truncated while it is read gives an error; one
+        replaced atomically gives the complete bytes of the file that was opened; one rewritten in place is read
+        again when the rewrite starts during the read (`_check_unchanged` says what it cannot see).
         """
         for _ in range(_LOCAL_ATTEMPTS):
             fd = self._open(key)
@@ -348,15 +360,20 @@ class LocalSource(ByteSource):
             os.close(fd)
         return _file_fetched(buf[:n], st)
 
-    async def get(self, key: str) -> Buffer | None:
+    def read_settled(self, key: str) -> Fetched | None:
+        """`read`, again when the file was modified in place while it was read (for callers with no retry of
+        their own: metadata, the read of a merge), up to 3 times, then `StoreAccessError`."""
         for _ in range(_LOCAL_ATTEMPTS):
             try:
-                got = self.read(key)
+                return self.read(key)
             except ObjectChanged:
-                continue  # modified in place while read (metadata has no caller that retries): read it again
-            return None if got is None else got.data
+                continue
         raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
                                "read: a writer is rewriting it in place; read again once it is done")
+
+    async def get(self, key: str) -> Buffer | None:
+        got = self.read_settled(key)
+        return None if got is None else got.data
 
     async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         return self.read(key, max_size)
