@@ -151,6 +151,8 @@ STACKS: list[tuple[str, str, Any]] = [
     ("TensorStore", "tensorstore", peers.read_tensorstore),
     ("zarrmax", "zarrmax", lambda w: peers.read_xarray(w, "zarrmax", use_dask=False)),
     ("zarrmax, dask (task_bytes 32 MiB)", "zarrmax_dask", lambda w: peers.read_xarray(w, "zarrmax", use_dask=True)),
+    ('zarrmax, dask, chunks="auto"', "zarrmax_auto",
+     lambda w: peers.read_xarray(w, "zarrmax", use_dask=True, chunks="auto")),
 ]
 
 
@@ -183,6 +185,8 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     target, kw = where.url()
     with set_config(task_bytes=peers.DASK_TASK_BYTES):  # as the dask stack opens it
         dask_chunks = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)["v"].chunks
+    block_chunks = {"zarrmax_dask": dask_chunks,
+                    "zarrmax_auto": xr.open_dataset(target, engine="zarrmax", chunks="auto", **kw)["v"].chunks}
     runs: dict[str, Any] = {"raw": lambda: peers.raw_read(where, keys),
                             "decode": lambda: peers.decode_all(inp, decode_into)}
     check_values("decode ceiling", runs["decode"](), expected)
@@ -192,7 +196,7 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         except peers.Missing as why:
             print(f"{label}: skipped ({why})", file=sys.stderr)
             continue
-        check_values(label, got, expected, dask_chunks if key == "zarrmax_dask" else None)
+        check_values(label, got, expected, block_chunks.get(key))
         runs[key] = lambda reader=reader: reader(where)
     del expected
     times: dict[str, list[float]] = {k: [] for k in runs}
