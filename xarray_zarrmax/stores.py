@@ -264,24 +264,26 @@ class LocalSource(ByteSource):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *_checked_key(self, key).split("/"))
 
-    def _open(self, key: str) -> int | None:
+    def _open(self, key: str) -> tuple[int, os.stat_result] | None:
+        """The object's descriptor and its fstat (every read needs both), or None when there is no object."""
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             # A key that is now a directory (the array was rewritten with more dimensions under an open
             # Dataset) holds no object: zarr's LocalStore reads it as a missing chunk, and so do we.
             os.close(fd)
             return None
-        return fd
+        return fd, st
 
     def read(self, key: str, max_size: int | None = None) -> Fetched | None:
-        fd = self._open(key)
-        if fd is None:
+        opened = self._open(key)
+        if opened is None:
             return None
+        fd, st = opened
         try:
-            st = os.fstat(fd)
             if max_size is not None:
                 check_size(self, key, st.st_size, max_size)
             out = np.empty(st.st_size, dtype=np.uint8)
@@ -300,11 +302,11 @@ class LocalSource(ByteSource):
         again when the rewrite starts during the read (`_check_unchanged` says what it cannot see).
         """
         for _ in range(_LOCAL_ATTEMPTS):
-            fd = self._open(key)
-            if fd is None:
+            opened = self._open(key)
+            if opened is None:
                 return False
+            fd, st = opened
             try:
-                st = os.fstat(fd)
                 if st.st_size != out.nbytes:
                     raise CorruptDataError(f"key {key!r} on {self.label}: the object holds {st.st_size} bytes, "
                                            f"expected {out.nbytes} (an uncompressed chunk)")
@@ -324,14 +326,14 @@ class LocalSource(ByteSource):
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                     version: Hashable | None = None) -> list[np.ndarray] | None:
-        fd = self._open(key)
-        if fd is None:
+        opened = self._open(key)
+        if opened is None:
             if version is not None:
                 raise ObjectChanged(key)
             return None
+        fd, st = opened
         out = []
         try:
-            st = os.fstat(fd)
             if version is not None and _file_version(st) != version:
                 raise ObjectChanged(key)
             for start, stop in ranges:
@@ -346,11 +348,11 @@ class LocalSource(ByteSource):
 
     def read_end(self, key: str, nbytes: int, *, suffix: bool) -> Fetched | None:
         """The last (``suffix``) or first ``nbytes`` bytes, with the version of the file they came from."""
-        fd = self._open(key)
-        if fd is None:
+        opened = self._open(key)
+        if opened is None:
             return None
+        fd, st = opened
         try:
-            st = os.fstat(fd)
             start = max(st.st_size - nbytes, 0) if suffix else 0
             buf = np.empty(min(nbytes, st.st_size), dtype=np.uint8)
             n = _pread_into(fd, buf, start)
