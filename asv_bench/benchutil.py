@@ -8,6 +8,24 @@ from collections.abc import Callable
 from typing import Any
 
 
+def warm_memory(nbytes: int) -> None:
+    """Touch and free ``nbytes`` of fresh memory, untimed, before a timed read.
+
+    On a virtual machine with free page reporting (virtio-balloon, as here), memory a process frees and leaves
+    unused for about 2 s goes back to the host, and the next first touch of it costs the host's page fault:
+    512 MiB took 0.45-1.3 s to allocate and touch after a 2-8 s pause, 0.06 s right after a free (measured here,
+    see docs/performance-analysis.md). A timed read then mostly measures the hypervisor, by an amount that
+    depends on how long the machine idled before it. Touching the memory just before the read makes every stack
+    start from memory the guest has, as on bare metal; the page zeroing of a fresh output stays in every
+    stack's time.
+    """
+    import numpy as np
+
+    block = np.empty(nbytes, dtype=np.uint8)
+    block[:: 4096] = 1
+    del block
+
+
 def median_time(fn: Callable[[], Any], repeat: int, *, warmup: bool = True) -> float:
     """Median wall time of ``repeat`` calls, after one untimed call (imports, connections, first-touch
     page faults of fresh allocations)."""

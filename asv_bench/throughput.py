@@ -22,7 +22,9 @@ order):
   concatenate).
 
 Every stack's values are checked against the data written (the first element of each block for the dask
-variant). Medians of ``--repeat`` reads, after one warm-up read each.
+variant). Medians of ``--repeat`` reads, after one warm-up read each. Before every timed read, twice the array's
+size of memory is touched and freed (``benchutil.warm_memory``): on this virtual machine, memory left free for
+2 s goes back to the host and costs up to 20x more to touch again, which otherwise decides the ranking.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import peers  # noqa: E402
-from benchutil import start_minio  # noqa: E402
+from benchutil import start_minio, warm_memory  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -163,7 +165,8 @@ def check_values(label: str, got: np.ndarray, expected: np.ndarray, dask_chunks:
         raise AssertionError(f"{label} read wrong values (shape {got.shape}, expected {want.shape})")
 
 
-def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[str, str, Any]]) -> dict[str, Any]:
+def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[str, str, Any]], *,
+            warm: bool = True) -> dict[str, Any]:
     """Every stack on one stored array: a checked warm-up read each, then ``repeat`` interleaved rounds."""
     import statistics
     import time
@@ -206,6 +209,8 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         # read, zarrmax's next read ran at 0.94 GB/s instead of 2.3 GB/s here, page cache intact, no CPU
         # left busy), so no stack always follows the same one.
         for key, fn in order[i % len(order):] + order[:i % len(order)]:
+            if warm:
+                warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
@@ -228,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", default="", help="comma-separated indexes into the layout list")
     parser.add_argument("--stacks", default="", help="comma-separated stack keys (default: all)")
     parser.add_argument("--peakmem", action="store_true", help="also measure peak memory (local store only)")
+    parser.add_argument("--no-warm-memory", action="store_true",
+                        help="do not touch fresh memory before each timed read (see benchutil.warm_memory)")
     parser.add_argument("--json")
     parser.add_argument("--plot")
     args = parser.parse_args(argv)
@@ -258,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     where = peers.Where(bucket=bucket, prefix=key, endpoint=minio.endpoint, key_id=ACCESS_KEY,
                                         secret=SECRET_KEY)
                 os.sync()  # no writeback of the data just written competes with the reads
-                row = {"store": store_kind} | measure(layout, where, args.repeat, stacks)
+                row = {"store": store_kind} | measure(layout, where, args.repeat, stacks, warm=not args.no_warm_memory)
                 if args.peakmem and store_kind == "local":
                     for engine in ("zarr", "zarrmax"):
                         for use_dask in (True, False):

@@ -49,6 +49,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from benchutil import warm_memory  # noqa: E402
 from throughput import Layout, layouts  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -259,6 +260,7 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
     for round_ in range(args.repeat + 1):  # round 0: warm-up, and the one read-back check per stack
         for stack in STACKS:
             where = target.fresh(stack)
+            warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
             start = time.perf_counter()
             result = target.write(stack, where, ds, data, layout, objects)
             elapsed = time.perf_counter() - start
