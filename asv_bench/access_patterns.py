@@ -6,9 +6,12 @@ layout advisor's predictions against the measured times (issue 13, parts 1 and 3
 
     [--shape T,Y,X] [--repeat N] [--quick] [--stores local,minio] [--latency-ms 20] [--no-search]
 
-One run does everything below; ``--quick`` is a tiny setting (seconds of data, one repeat) for asv and smoke
-tests. The default shape (see DEFAULT_SHAPE) is smaller than GEOS-FP's 5136 x 721 x 1152 and than the issue's
-2000 x 361 x 576 example so that the whole run fits in about 20-25 minutes on a shared 2-core machine.
+One run does everything below; ``--quick`` is a tiny setting (96 x 73 x 144, one repeat: about 3 minutes,
+most of it writing and uploading the compromise layout's 9,000 chunks) for smoke tests. The default shape,
+1000 x 361 x 576 (0.83 GB), is half the issue's 2000 x 361 x 576 example in time so that the whole run takes
+about 20 minutes on a 2-core machine (extrapolated from 4.3 minutes for 500 x 181 x 288 at one repeat: the
+extremes' full reads grow with the data, the rest mostly with the number of opens and requests); the issue's
+shape (``--shape 2000,361,576``) should take about twice that.
 
 Data: a float32 (time, lat, lon) field, smooth (a latitude profile, a travelling daily wave, a slow seasonal
 term) plus Gaussian noise, quantized to 1/16 so zstd (level 3) compresses it as it does real model output
@@ -81,7 +84,7 @@ warnings.filterwarnings("ignore")
 
 DIMS = ("time", "lat", "lon")
 SEED_SHAPE = (5136, 721, 1152)  # GEOS-FP in seed 001, (time, lat, lon)
-DEFAULT_SHAPE = (1000, 361, 576)  # 0.83 GB of float32: see the module docstring
+DEFAULT_SHAPE = (1000, 361, 576)  # 0.83 GB of float32, about 20 minutes a run here: see the module docstring
 QUICK_SHAPE = (96, 73, 144)
 OPS = ("timeseries", "map", "region-mean", "map-mean")
 ENGINES = ("zarr", "zarrmax")
@@ -824,14 +827,17 @@ def report(result: Mapping[str, Any]) -> str:
         out.append("Floor = round trips x latency + needed bytes / raw-GET ceiling (needed: the touched chunks' "
                    "stored bytes plus each touched shard's index); measured / floor per engine; predicted: the "
                    "advisor's model, calibrated by its probes. The floor has no CPU term: on local disk, where "
-                   "the latency is microseconds, it is a lower bound no Python reader approaches:")
+                   "the latency is microseconds, it is a lower bound no Python reader approaches. \"reader round "
+                   "trips\": the model's count for zarrmax, whose objects in flight are also bounded by "
+                   "inflight_bytes at each object's whole decoded size, even when it reads a few of its chunks:")
         out.append("")
-        out.append("| layout | op | round trips | needed MB | floor s | zarrmax s | zarrmax / floor | zarr / floor "
-                   "| predicted s | predicted / zarrmax |")
-        out.append("|---" * 10 + "|")
+        out.append("| layout | op | round trips | reader round trips | needed MB | floor s | zarrmax s | "
+                   "zarrmax / floor | zarr / floor | predicted s | predicted / zarrmax |")
+        out.append("|---" * 11 + "|")
         for r in _rows(result, s):
             z = f"{r['zarr_s'] / r['floor_s']:.1f}x" if "zarr_s" in r else "-"
             out.append(f"| {labels[r['layout']]} | {r['op']} | {r['floor_round_trips']} | "
+                       f"{r['predicted_round_trips']} | "
                        f"{r['needed_bytes'] / MB:.3f} | {r['floor_s']:.4f} | {r['zarrmax_s']:.4f} | "
                        f"{r['zarrmax_s'] / r['floor_s']:.2f}x | {z} | {r['predicted_s']:.4f} | "
                        f"{r['predicted_s'] / r['zarrmax_s']:.2f} |")
