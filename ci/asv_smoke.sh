@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of the asv suite in .venv (--python=same, nothing saved): `asv check`, then one quick run of
-# the open benchmark and of the read benchmark (local directory and MinIO, one layout, both engines).
+# the open benchmark, of the read benchmark (local directory and MinIO, one layout, both engines) and of one
+# access-pattern operation (asv_bench/access_patterns.py --quick, one layout, both engines and stores).
 # Exits non-zero when a benchmark fails, or skips for want of MinIO/toxiproxy (ZARRMAX_ASV_STRICT=1).
 # Usage (from anywhere): bash ci/asv_smoke.sh [extra asv run arguments]
 set -euo pipefail
@@ -25,5 +26,6 @@ cd asv_bench
 "$root/.venv/bin/asv" run --python=same --quick --show-stderr \
   --bench "OpenManyVariables\.time_open_dataset\('(zarr|zarrmax)', False, (0|20)\)" \
   --bench "ReadThroughput\.time_read\('(zarr|zarrmax)', 'int64, 1 MB chunks in 64 MB shards', '(local|minio)'\)" \
+  --bench "AccessPatterns\.time_operation\('(zarr|zarrmax)', 'tiles in slab shards', 'map', '(local|minio)'\)" \
   "$@"
 echo "ci/asv_smoke.sh: passed in $(( $(date +%s) - start )) s"

@@ -14,8 +14,8 @@ import xarray as xr
 import xarray_zarrmax
 from xarray_zarrmax import stores
 from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
-from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read
-from xarray_zarrmax.advise_probe import probe_decoder, probe_store
+from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read, predict
+from xarray_zarrmax.advise_probe import probe_decoder, probe_reader, probe_store
 from xarray_zarrmax.cli import main
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.layout import Axis, coalesce
@@ -259,6 +259,7 @@ def test_probe_store_measures_and_cleans_up(tmp_path: Path) -> None:
     steps: list[tuple[int, int, str]] = []
     probe = probe_store(str(tmp_path), large=2**20, progress=lambda d, t, w: steps.append((d, t, w)))
     assert probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
+    assert probe.request_s >= 0
     assert list(tmp_path.iterdir()) == []
     assert [d for d, _, _ in steps] == list(range(1, steps[0][1] + 1))
 
@@ -270,6 +271,23 @@ def test_advise_probes_the_store_with_a_progress_bar(tmp_path: Path, capsys: pyt
     assert list(tmp_path.iterdir()) == []
     quiet = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path), progress=False)
     assert quiet.calibrated and capsys.readouterr().err == ""
+
+
+def test_predict_adds_work_per_request_and_per_chunk() -> None:
+    """The work per request and per inner chunk is paid once per request and per chunk decoded."""
+    layout = Layout((4, 5, 6), (16, 10, 12))
+    counts = count_read(selections("full-scan"), SHAPE, 4, layout, 4 * 120, local_reader())
+    assert counts.chunks == 10 * 4 * 5  # every inner chunk of the array, edge chunks included
+    assert counts.decoded_bytes == counts.chunks * 4 * 120
+    base = Costs(ratio=1.0)
+    extra = predict(counts, Costs(ratio=1.0, request_s=1e-3, chunk_s=1e-4), local_reader()) - predict(
+        counts, base, local_reader())
+    assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4)
+
+
+def test_probe_reader_measures_work_per_chunk() -> None:
+    work = probe_reader(np.random.default_rng(0).random(10_000).astype("f4"), chunks=256)
+    assert 0 <= work < 0.01
 
 
 def test_probe_decoder_ratio() -> None:
@@ -285,7 +303,7 @@ def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.Ca
                  "random-batch:0.1", "--batch-window", "time=4,lat=5", "--batch-count", "3",
                  "--select", "box:0.2:time=3:30,lon=7", "--top", "3"]) == 0
     captured = capsys.readouterr()
-    assert "probing [" in captured.err and "9/9 DELETE probe objects" in captured.err
+    assert "probing [" in captured.err and "10/10 DELETE probe objects" in captured.err
     assert "store probed: latency" in captured.out and "best: {'t2m': {'chunks': (" in captured.out
     assert "timeseries:requests" in captured.out  # the table's first rows
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]  # probed beside the store, cleaned up

@@ -30,7 +30,7 @@ from .advise_model import (
     predict,
     task_memory,
 )
-from .advise_probe import Progress, probe_decoder, probe_store, text_progress
+from .advise_probe import Progress, probe_decoder, probe_reader, probe_store, text_progress
 from .config import get_config
 from .layout import Axis, Selection
 
@@ -132,7 +132,8 @@ class AdviceReport:
             f"mix {dict(self.patterns)}",
             f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
             f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread, "
-            f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight",
+            f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
+            f"work per request, {c.chunk_s * 1e6:.0f} us per chunk",
             f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
         ]
         names = list(self.patterns)
@@ -439,10 +440,12 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         if store is not None:
             show = text_progress(sys.stderr) if progress is True else (progress or None)
             probed = probe_store(store, storage_options, progress=show)
-            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, base.decode_bps, base.ratio)
+            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s)
             local = probed.local
-        decoder = probe_decoder(_sample(var))
-        costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio)
+        sample = _sample(var)
+        decoder = probe_decoder(sample)
+        costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
+                      request_s=base.request_s, chunk_s=probe_reader(sample))
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

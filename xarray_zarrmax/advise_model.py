@@ -9,7 +9,8 @@ coalesced within ``coalesce_gap``. Counts come from `layout.plan_reads` run on e
 whose per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs
 as many simulated objects as there are distinct footprints (a handful), not millions.
 
-Time is then ``round_trips * latency + bytes / bandwidth + decoded_bytes / decode_rate``: see `predict`.
+Time is then ``round_trips * latency + requests * request_s + chunks * chunk_s + bytes / bandwidth +
+decoded_bytes / decode_rate``: see `predict`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ class Costs:
     aggregate_bps: float = 2e9  # every stream together (the NIC, or the server)
     decode_bps: float = 1e9  # decoded bytes per second per thread
     ratio: float = 1.0  # encoded / decoded bytes of a chunk
+    request_s: float = 0.0  # work per request that does not overlap (client, and server and proxy where they
+    #                         share the cores): the wall time of many tiny requests at once, per request
+    chunk_s: float = 0.0  # our reader's fixed work per inner chunk (hand-off, decode call, placement), wall
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +96,14 @@ class ReadCounts:
     decoded_bytes: int = 0  # bytes of chunks decoded
     round_trips: int = 0  # sequential latencies on the critical path
     peak_bytes: int = 0  # result + fetched-not-decoded bytes + one decoded chunk per thread
+    chunks: int = 0  # inner chunks decoded
 
     def __add__(self, other: ReadCounts) -> ReadCounts:
         return ReadCounts(
             self.objects + other.objects, self.requests + other.requests,
             self.index_requests + other.index_requests, self.bytes + other.bytes,
             self.decoded_bytes + other.decoded_bytes, self.round_trips + other.round_trips,
-            max(self.peak_bytes, other.peak_bytes),
+            max(self.peak_bytes, other.peak_bytes), self.chunks + other.chunks,
         )
 
 
@@ -226,7 +231,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             keys = [k for k, _ in combo]
             obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
             groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
-        objects = requests = index_requests = nbytes = decoded = 0
+        objects = requests = index_requests = nbytes = decoded = chunks = 0
         rounds_per_object = 1
         for count, obj, touched, seen in groups:
             r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
@@ -235,6 +240,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             index_requests += ir * count
             nbytes += b * count
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
+            chunks += math.prod(len(t) for t in touched) * count
             rounds_per_object = max(rounds_per_object, rt)
         if layout.shards is not None and one_by_one:
             cache.seen.update(obj for _, obj, _, _ in groups)
@@ -244,7 +250,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         result = itemsize * math.prod(a.size for a in axes)
         in_flight = min(objects, slots) * (nbytes // max(objects, 1))
         peak = result + in_flight + reader.threads * chunk_dec
-        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak)
+        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks)
     return total
 
 
@@ -260,13 +266,16 @@ def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Seq
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
-    """Seconds for a read: every round trip pays the latency; the bytes stream at the smaller of what the
-    requests in flight and the store as a whole deliver; decoding runs on ``threads`` threads alongside."""
+    """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``) and
+    every inner chunk the reader's (``chunk_s``), both probed as wall time with many at once; the bytes stream
+    at the smaller of what the requests in flight and the store as a whole deliver; decoding runs on
+    ``threads`` threads alongside."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
-    return (counts.round_trips * costs.latency_s + counts.bytes / bandwidth
+    return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s
+            + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
             + counts.decoded_bytes / (costs.decode_bps * max(reader.threads, 1)))
 
 

@@ -1,10 +1,12 @@
 """Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a
 sample of the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
 
-Three store numbers come out (see `StoreProbe`): the latency of a GET (median time of tiny GETs), the
+Four store numbers come out (see `StoreProbe`): the latency of a GET (median time of tiny GETs), the work
+of one request when many are in flight (``many`` tiny GETs at once, less one latency, per GET), the
 throughput of one request stream (a large GET, less its latency) and the aggregate throughput (``parallel``
 large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what our writer uses by
-default) and times its decode: the compression ratio and decoded bytes per second per thread.
+default) and times its decode: the compression ratio and decoded bytes per second per thread. The reader
+probe times our own reader on a sample stored in many small chunks and in one: its fixed work per chunk.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class StoreProbe:
     request_bps: float
     aggregate_bps: float
     local: bool
+    request_s: float = 0.0  # wall time per request of many tiny ones at once, beyond one latency
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,25 @@ class _Objects:
 
         return len(obstore.get_range(self.store, f"{self.prefix}/{name}", start=0, end=nbytes))
 
+    def get_many(self, name: str, nbytes: int, count: int) -> None:
+        """``count`` GETs of the first ``nbytes`` bytes at once (async on the I/O loop); local: one after the
+        other, as our reader reads local files in the calling thread."""
+        if self.local:
+            for _ in range(count):
+                self.get(name, nbytes)
+            return
+        import asyncio
+
+        import obstore
+
+        from ._loop import run_sync
+
+        async def gets() -> None:
+            await asyncio.gather(*(obstore.get_range_async(self.store, f"{self.prefix}/{name}", start=0,
+                                                           end=nbytes) for _ in range(count)))
+
+        run_sync(gets())
+
     def cleanup(self, names: list[str]) -> None:
         if self.local:
             for name in names:
@@ -108,7 +130,8 @@ class _Objects:
 
 
 def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *, large: int = 8 * 2**20,
-                repeats: int = 5, parallel: int = 8, progress: Progress | None = None) -> StoreProbe:
+                repeats: int = 5, parallel: int = 8, many: int = 64,
+                progress: Progress | None = None) -> StoreProbe:
     """Time GETs against ``target`` (a local directory or an ``s3://bucket/prefix/``), then delete what was
     written.
 
@@ -120,8 +143,10 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
         Tiny GETs timed for the latency (their median is taken: the first pays connection setup).
     parallel
         GETs of the large object in flight at once for the aggregate throughput.
+    many
+        Tiny GETs at once for the work per request (best of 3).
     """
-    steps = repeats + 4  # PUT, the latency GETs, one stream, parallel streams, DELETE
+    steps = repeats + 5  # PUT, the latency GETs, many at once, one stream, parallel streams, DELETE
     done = 0
 
     def step(what: str) -> None:
@@ -143,6 +168,15 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
             latencies.append(time.perf_counter() - t0)
             step("GET latency")
         latency = statistics.median(latencies)
+        busy = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            objects.get_many("tiny", 16, many)
+            busy = min(busy, time.perf_counter() - t0)
+        # Remote: the GETs overlap, so one latency is paid and the rest is work per request. Local: one after
+        # the other, each a latency (already counted per round trip), so the work beyond it.
+        request_s = max(0.0, (busy - latency) / many) if not objects.local else max(0.0, busy / many - latency)
+        step("GET many at once")
         t0 = time.perf_counter()
         objects.get("large", large)
         one = max(time.perf_counter() - t0 - latency, 1e-6)
@@ -150,13 +184,13 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
         with ThreadPoolExecutor(parallel) as pool:
             t0 = time.perf_counter()
             list(pool.map(lambda _: objects.get("large", large), range(parallel)))
-            many = max(time.perf_counter() - t0 - latency, 1e-6)
+            spread = max(time.perf_counter() - t0 - latency, 1e-6)
         step("GET in parallel")
     finally:
         objects.cleanup(names)
     step("DELETE probe objects")
     request_bps = large / one
-    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / many), objects.local)
+    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / spread), objects.local, request_s)
 
 
 def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> DecoderProbe:
@@ -174,3 +208,35 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> De
         codec.decode(encoded)
         best = min(best, time.perf_counter() - t0)
     return DecoderProbe(raw.nbytes / max(best, 1e-9), len(encoded) / raw.nbytes)
+
+
+def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 2048, repeats: int = 3) -> float:
+    """Our reader's fixed work per inner chunk, in seconds of wall time: the sample's first
+    ``chunks * chunk_elements`` values written to a temporary directory twice with zstd, as one shard of
+    ``chunks`` small chunks and as one chunk, each read whole with ``engine="zarrmax"`` (best of ``repeats``
+    fresh opens; the open is not timed); the difference per chunk beyond the first."""
+    import tempfile
+
+    import xarray as xr
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    n = chunks * chunk_elements
+    flat = np.resize(np.ascontiguousarray(sample).reshape(-1), n)
+    if flat.size == 0:
+        raise ValueError("expected a non-empty sample of the variable to probe the reader. Got 0 elements.")
+    with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
+        best = {}
+        for name, inner, shard in (("many", chunk_elements, n), ("one", n, None)):
+            group = zarr.open_group(f"{root}/{name}", mode="w", zarr_format=3)
+            arr = group.create_array("v", shape=(n,), dtype=flat.dtype, chunks=(inner,),
+                                     shards=None if shard is None else (shard,), compressors=[ZstdCodec(level=3)],
+                                     dimension_names=["i"])
+            arr[...] = flat
+            best[name] = float("inf")
+            for _ in range(repeats):
+                ds = xr.open_dataset(f"{root}/{name}", engine="zarrmax", chunks=None)
+                t0 = time.perf_counter()
+                ds["v"].values  # noqa: B018  # the read is the point
+                best[name] = min(best[name], time.perf_counter() - t0)
+    return max(0.0, (best["many"] - best["one"]) / (chunks - 1))

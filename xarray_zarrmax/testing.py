@@ -241,8 +241,9 @@ def write_group_tree(store: Any, zarr_format: Literal[2, 3] = 3, *, consolidated
 def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
     """``store`` wrapped so that every request zarr-python sends through it is counted into ``counts``: GETs
     (whole, ranged, and each batch of ``get_ranges``), LISTs (one per listing call) and HEADs (``exists``,
-    ``getsize``). zarr's ``LoggingStore`` counts method calls but lets ``get_ranges`` and ``_get_many`` through
-    uncounted and logs every call, so the suite has its own small wrapper."""
+    ``getsize``); ``counts["bytes"]`` adds up the bytes the GETs returned. zarr's ``LoggingStore`` counts
+    method calls but lets ``get_ranges`` and ``_get_many`` through uncounted and logs every call, so the suite
+    has its own small wrapper."""
     from zarr.storage import WrapperStore
 
     class CountingStore(WrapperStore):  # type: ignore[type-arg]
@@ -255,20 +256,27 @@ def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
 
         async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
             self.counts["get"] += 1
-            return await self._store.get(key, prototype, byte_range)
+            got = await self._store.get(key, prototype, byte_range)
+            self.counts["bytes"] += _nbytes(got)
+            return got
 
         def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
             self.counts["get"] += 1
-            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            got = super().get_sync(key, prototype=prototype, byte_range=byte_range)
+            self.counts["bytes"] += _nbytes(got)
+            return got
 
         async def get_partial_values(self, prototype: Any, key_ranges: Iterable[tuple[str, Any]]) -> Any:
             key_ranges = list(key_ranges)
             self.counts["get"] += len(key_ranges)
-            return await self._store.get_partial_values(prototype, key_ranges)
+            got = await self._store.get_partial_values(prototype, key_ranges)
+            self.counts["bytes"] += sum(_nbytes(g) for g in got)
+            return got
 
         async def get_ranges(self, key: str, byte_ranges: Sequence[Any], **kwargs: Any) -> AsyncIterator[Any]:
             async for group in super().get_ranges(key, byte_ranges, **kwargs):
                 self.counts["get"] += 1  # one batch per underlying request
+                self.counts["bytes"] += sum(_nbytes(buffer) for _, buffer in group)
                 yield group
 
         async def _get_many(self, requests: Iterable[tuple[str, Any, Any]]) -> AsyncGenerator[tuple[str, Any], None]:
@@ -299,3 +307,12 @@ def counting_store(store: Any, counts: Counter[str] | None = None) -> Any:
                 yield key
 
     return CountingStore(store, counts)
+
+
+def _nbytes(buffer: Any) -> int:
+    """Bytes of what a store's get returned: a zarr ``Buffer``, raw bytes, or None (a missing key)."""
+    if buffer is None:
+        return 0
+    if hasattr(buffer, "to_bytes"):
+        return len(buffer)
+    return memoryview(buffer).nbytes
