@@ -829,7 +829,7 @@ def report(result: Mapping[str, Any]) -> str:
                    "advisor's model, calibrated by its probes. The floor has no CPU term: on local disk, where "
                    "the latency is microseconds, it is a lower bound no Python reader approaches. \"reader round "
                    "trips\": the model's count for zarrmax, whose objects in flight are also bounded by "
-                   "inflight_bytes at each object's whole decoded size, even when it reads a few of its chunks:")
+                   "inflight_bytes (at the decoded size of what each object's fetch brings in):")
         out.append("")
         out.append("| layout | op | round trips | reader round trips | needed MB | floor s | zarrmax s | "
                    "zarrmax / floor | zarr / floor | predicted s | predicted / zarrmax |")

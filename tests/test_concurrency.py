@@ -9,7 +9,10 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import numpy as np
 import pytest
+import xarray as xr
+import zarr
 
 from xarray_zarrmax import get_config, set_config
 from xarray_zarrmax._budget import request_slot
@@ -215,3 +218,28 @@ def test_cancelled_waiters_neither_leak_nor_lose_a_slot():
 
     run(scenario)
     assert fake.in_flight == 0 and fake.finished == 4
+
+
+def test_inflight_budget_counts_the_chunks_a_read_fetches_not_whole_shards():
+    """A map through shards of time series reads one chunk of each shard. The in-flight budget must count
+    that chunk, not the whole shard: with room for one whole shard, all eight shards' requests go together
+    (it was one at a time: 8 round trips where 2 do). A full read still fetches one whole shard at a time."""
+    from zarr.storage import MemoryStore
+
+    from tests.test_async import InFlight
+    memory = MemoryStore()
+    values = np.arange(8 * 64, dtype="i8").reshape(8, 64)
+    group = zarr.open_group(memory, mode="w", zarr_format=3)
+    group.create_array("v", shape=values.shape, dtype="i8", chunks=(1, 8), shards=(8, 8),
+                       dimension_names=["time", "x"])[...] = values
+    store = InFlight(memory)
+    shard_nbytes = 8 * 8 * 8
+    with set_config(inflight_bytes=shard_nbytes):
+        ds = xr.open_dataset(store, engine="zarrmax", chunks=None)
+        store.hold_until(8)
+        got = ds["v"][3].values
+        assert store.most == 8, f"{store.most} of the 8 shards' requests were in flight together"
+        np.testing.assert_array_equal(got, values[3])
+        store.most, store.until = 0, None
+        np.testing.assert_array_equal(ds["v"].values, values)
+        assert store.most == 1, f"{store.most} whole shards in flight with room for one"

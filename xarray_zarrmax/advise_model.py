@@ -233,6 +233,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
         objects = requests = index_requests = nbytes = decoded = chunks = 0
         rounds_per_object = 1
+        largest = 1  # decoded bytes of the largest single fetch: the reader's in-flight budget counts these
         for count, obj, touched, seen in groups:
             r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
             objects += count
@@ -242,10 +243,12 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
             chunks += math.prod(len(t) for t in touched) * count
             rounds_per_object = max(rounds_per_object, rt)
+            n_touched = math.prod(len(t) for t in touched)
+            whole = not layout.shards or n_touched >= reader.full_shard_fraction * layout.chunks_per_object()
+            largest = max(largest, chunk_dec * (layout.chunks_per_object() if whole else n_touched))
         if layout.shards is not None and one_by_one:
             cache.seen.update(obj for _, obj, _, _ in groups)
-        object_dec = chunk_dec * layout.chunks_per_object()
-        slots = max(1, min(reader.concurrency, reader.inflight_bytes // max(object_dec, 1)))
+        slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))
         waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
         result = itemsize * math.prod(a.size for a in axes)
         in_flight = min(objects, slots) * (nbytes // max(objects, 1))
