@@ -541,9 +541,9 @@ def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
     threads = set()
     original = xarray_zarrmax.write.write_block
 
-    def recording(*args: Any) -> int:
+    def recording(*args: Any, **kwargs: Any) -> int:
         threads.add(threading.get_ident())
-        return original(*args)
+        return original(*args, **kwargs)
 
     import unittest.mock
 
@@ -822,3 +822,30 @@ def test_icechunk_mode_w_replaces_everything(tmp_path: Path) -> None:
     session.commit("replaced")
     check_icechunk_reads(repo, other)
     assert sorted(_session_keys(repo.readonly_session("main"))) == ["other/c/0", "other/zarr.json", "zarr.json"]
+
+
+def test_local_put_never_lands_inside_a_merge(tmp_path: Path) -> None:
+    """Whole-object puts run side by side (a shared lock on the directory), but a put of the object a merge is
+    updating waits for the merge's rename: landing between the merge's read and its rename, it would be
+    overwritten by the merge's older data and lost."""
+    sink = sinks.LocalSink(tmp_path)
+    sink.put("v/c/0", b"old")
+    sink.put("v/c/1", b"other")
+    merging, put_done = threading.Event(), threading.Event()
+
+    def put_now() -> None:
+        merging.wait()
+        sink.put("v/c/0", b"put during the merge")
+        put_done.set()
+
+    def merge(stored: Any) -> bytes:
+        merging.set()
+        assert not put_done.wait(0.3), "a put landed while a merge of the same object was under way"
+        return bytes(stored) + b"+merged"
+
+    with ThreadPoolExecutor(1) as ex:
+        pending = ex.submit(put_now)
+        sink.update("v/c/0", merge)
+        pending.result()
+    assert (tmp_path / "v/c/0").read_bytes() == b"put during the merge"
+    assert (tmp_path / "v/c/1").read_bytes() == b"other"

@@ -129,15 +129,18 @@ class LocalSink(Sink):
         return self.source._path(key)
 
     @contextmanager
-    def _locked(self, path: str) -> Iterator[None]:
-        """An exclusive lock on the directory that holds ``path``: a lock file inside the store would show in
-        listings and copies. ``flock`` locks belong to the open file, so threads of one process exclude each
-        other as processes do."""
+    def _locked(self, path: str, *, exclusive: bool) -> Iterator[None]:
+        """A lock on the directory that holds ``path`` (a lock file inside the store would show in listings and
+        copies). A merge (`update`) holds it exclusively from its read to its rename; whole-object puts and
+        deletes hold it shared, so they run side by side and none lands between a merge's read and its rename
+        (where the merge would write the older data back over it). An exclusive lock for puts too would put
+        every write of a directory in one line (all chunk files of a 1-D array). ``flock`` locks belong to the
+        open file, so threads of one process exclude each other as processes do."""
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)  # releases the lock
@@ -168,13 +171,13 @@ class LocalSink(Sink):
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        with self._naming("writing", key), self._locked(path):
+        with self._naming("writing", key), self._locked(path, exclusive=False):
             self._replace(path, data)
         accounting.record(self.label, "put", key, len(data))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        with self._naming("deleting", key), self._locked(path):
+        with self._naming("deleting", key), self._locked(path, exclusive=False):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -183,7 +186,7 @@ class LocalSink(Sink):
 
     def update(self, key: str, merge: Merge) -> None:
         path = self._path(key)
-        with self._naming("updating", key), self._locked(path):
+        with self._naming("updating", key), self._locked(path, exclusive=True):
             got = self.source.read_settled(key)
             new = merge(None if got is None else got.data)
             if new is None:

@@ -16,6 +16,7 @@ Three steps:
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -226,11 +227,15 @@ def _block_tasks(write: ArrayWrite, data: Any, sink: Sink, collecting: bool) -> 
 
     offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) if c else np.zeros(1, int) for c in data.chunks]
     blocks = data.to_delayed()
-    task = dask.delayed(_write_block_collecting if collecting else write_block, pure=False)
+    # The target and sink ride in the function, not as arguments: dask walks every argument of a delayed call
+    # looking for collections, into dataclass fields too (the target's zarr metadata), once per block: building
+    # the tasks of a 320-object write took 0.11-0.19 s that way, 0.03-0.04 s this way.
+    write_fn = _write_block_collecting if collecting else write_block
+    task = dask.delayed(functools.partial(write_fn, write=write.target, sink=sink), pure=False)
     out = []
     for index in np.ndindex(blocks.shape):
         start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
-        out.append(task(blocks[index], write.target, sink, start))
+        out.append(task(blocks[index], start=start))
     return out
 
 
