@@ -10,14 +10,12 @@ per open. The full study (every layout, the floor, the advisor's predictions) is
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from . import helpers
-from .helpers import BUCKET, ENGINES
+from .helpers import BUCKET, ENGINES, load_script
 
 LAYOUTS = ["time-contiguous", "map-contiguous", "tiles in slab shards"]
 OPS = ["timeseries", "map", "region-mean", "map-mean"]
@@ -27,15 +25,7 @@ _SCRIPT = Path(__file__).resolve().parent.parent / "access_patterns.py"
 
 def script() -> Any:
     """``asv_bench/access_patterns.py`` as a module (its layouts, field, operations and writers)."""
-    name = "zarrmax_asv_access_patterns"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, _SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    return load_script("zarrmax_asv_access_patterns", _SCRIPT)
 
 
 def specs() -> dict[str, Any]:

@@ -218,17 +218,21 @@ def peers() -> Any:
     return sys.modules["peers"]
 
 
-def throughput() -> Any:
-    """``asv_bench/throughput.py`` as a module (its ``Layout``, ``layouts``, ``write``, ``ceiling_*``)."""
-    name = "zarrmax_asv_throughput"
+def load_script(name: str, path: Path) -> Any:
+    """A script of asv_bench/ as a module, loaded once per process under ``name``."""
     module = sys.modules.get(name)
     if module is None:
-        spec = importlib.util.spec_from_file_location(name, _THROUGHPUT)
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return module
+
+
+def throughput() -> Any:
+    """``asv_bench/throughput.py`` as a module (its ``Layout``, ``layouts``, ``write``, ``ceiling_*``)."""
+    return load_script("zarrmax_asv_throughput", _THROUGHPUT)
 
 
 def layouts() -> dict[str, Any]:

@@ -10,8 +10,6 @@ and compared with the data.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +22,8 @@ _SCRIPT = Path(__file__).resolve().parent.parent / "write_throughput.py"
 
 def write_throughput() -> Any:
     """``asv_bench/write_throughput.py`` as a module (its ``Target``, ``dataset``, ``reference``...)."""
-    name = "zarrmax_asv_write_throughput"
-    module = sys.modules.get(name)
-    if module is None:
-        helpers.throughput()  # its imports of "throughput" and "benchutil" resolve beside it
-        spec = importlib.util.spec_from_file_location(name, _SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    helpers.throughput()  # its imports of "throughput" and "benchutil" resolve beside it
+    return helpers.load_script("zarrmax_asv_write_throughput", _SCRIPT)
 
 
 class WriteThroughput:
