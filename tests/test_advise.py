@@ -290,6 +290,11 @@ def test_probe_reader_measures_work_per_chunk() -> None:
     assert 0 <= work < 0.01
 
 
+def test_probe_reader_refuses_an_empty_sample() -> None:
+    with pytest.raises(ValueError, match="non-empty sample.*Got 0 elements"):
+        probe_reader(np.zeros((3, 0), dtype="f4"))
+
+
 def test_probe_decoder_ratio() -> None:
     compressible = probe_decoder(np.zeros(2**18, dtype="f4"))
     noise = probe_decoder(np.random.default_rng(0).random(2**18))

@@ -243,9 +243,15 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
             chunks += math.prod(len(t) for t in touched) * count
             rounds_per_object = max(rounds_per_object, rt)
+            # what one fetch holds, as fetch._fetched_nbytes bounds it (chunks read, merged gaps, index)
             n_touched = math.prod(len(t) for t in touched)
-            whole = not layout.shards or n_touched >= reader.full_shard_fraction * layout.chunks_per_object()
-            largest = max(largest, chunk_dec * (layout.chunks_per_object() if whole else n_touched))
+            whole_dec = chunk_dec * layout.chunks_per_object()
+            if not layout.shards or n_touched >= reader.full_shard_fraction * layout.chunks_per_object():
+                largest = max(largest, whole_dec)
+            else:
+                ranged = n_touched * chunk_dec + (n_touched - 1) * reader.coalesce_gap
+                index = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
+                largest = max(largest, min(whole_dec, ranged) + index)
         if layout.shards is not None and one_by_one:
             cache.seen.update(obj for _, obj, _, _ in groups)
         slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))

@@ -222,9 +222,9 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
     from zarr.codecs import ZstdCodec
 
     n = chunks * chunk_elements
-    flat = np.resize(np.ascontiguousarray(sample).reshape(-1), n)
-    if flat.size == 0:
+    if np.size(sample) == 0:  # np.resize would repeat nothing into zeros and time those
         raise ValueError("expected a non-empty sample of the variable to probe the reader. Got 0 elements.")
+    flat = np.resize(np.ascontiguousarray(sample).reshape(-1), n)
     with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
         best = {}
         for name, inner, shard in (("many", chunk_elements, n), ("one", n, None)):

@@ -243,14 +243,25 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _fetched_nbytes(plan: ArrayPlan, read: ObjectRead) -> int:
-    """Decoded bytes one object's fetch brings in: the whole object, or only the chunks it reads of a shard it
-    fetches by ranges. A map through shards of time series reads a few chunks of each: counting whole shards
-    there held 8 of them in flight where 64 fit the budget (4-6 round trips instead of 2)."""
+    """At most how many bytes one object's fetch holds before it is decoded (counted at decoded size): the
+    whole object; or, for a shard read by byte ranges, its index, the chunks read and the gaps between them
+    that coalescing fetches too (each under ``coalesce_gap``), never more than the whole shard and its index.
+
+    Counting whole shards kept a map through 64 MB cube shards to 8 shards in flight where all fit; counting
+    only the chunks read let merged ranges and indexes hold 14x the budget (the review's reproducer, in
+    tests/test_concurrency.py). The gaps are counted at their worst because the index, which tells the real
+    ones, arrives after the slot is taken: a map through shards of time series, whose chunks read lie side
+    by side, still waits for slots (6 round trips where 2 would do). Taking the budget once the index is
+    known would remove that."""
     if plan.shard is None:
         return plan.codec.nbytes
     total = math.prod(plan.shard.chunks_per_shard)
+    whole = plan.codec.nbytes * total
     chunks = len(read[1])
-    return plan.codec.nbytes * (total if chunks >= get_config().full_shard_fraction * total else chunks)
+    if chunks >= get_config().full_shard_fraction * total:
+        return whole
+    ranged = chunks * plan.codec.nbytes + (chunks - 1) * get_config().coalesce_gap
+    return min(whole, ranged) + plan.shard.index_nbytes
 
 
 async def _read_remote(
