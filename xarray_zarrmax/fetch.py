@@ -247,9 +247,9 @@ def _fetched_nbytes(plan: ArrayPlan, read: ObjectRead) -> int:
     whole object; or, for a shard read by byte ranges, its index, the chunks read and the gaps between them
     that coalescing fetches too (each under ``coalesce_gap``), never more than the whole shard and its index.
 
-    Counting whole shards kept a map through 64 MB cube shards to 8 shards in flight where all fit; counting
-    only the chunks read let merged ranges and indexes hold 14x the budget (the review's reproducer, in
-    tests/test_concurrency.py). The gaps are counted at their worst because the index, which tells the real
+    Counting whole shards let a time series through 104 MB map shards have 5 of its 9 shards in flight (4 round
+    trips where 2 do); counting only the chunks read let merged ranges and indexes hold 14x the budget (the
+    review's reproducer, in tests/test_concurrency.py). The gaps are counted at their worst because the index, which tells the real
     ones, arrives after the slot is taken: a map through shards of time series, whose chunks read lie side
     by side, still waits for slots (6 round trips where 2 would do). Taking the budget once the index is
     known would remove that."""
