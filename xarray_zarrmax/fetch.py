@@ -249,10 +249,10 @@ def _fetched_nbytes(plan: ArrayPlan, read: ObjectRead) -> int:
 
     Counting whole shards let a time series through 104 MB map shards have 5 of its 9 shards in flight (4 round
     trips where 2 do); counting only the chunks read let merged ranges and indexes hold 14x the budget (the
-    review's reproducer, in tests/test_concurrency.py). The gaps are counted at their worst because the index, which tells the real
-    ones, arrives after the slot is taken: a map through shards of time series, whose chunks read lie side
-    by side, still waits for slots (6 round trips where 2 would do). Taking the budget once the index is
-    known would remove that."""
+    review's reproducer, in tests/test_concurrency.py). The gaps are counted at their worst because the
+    index, which tells the real ones, arrives after the slot is taken: a map through shards of time series,
+    whose chunks read lie side by side, still waits for slots (6 round trips where 2 would do). Taking the
+    budget once the index is known would remove that."""
     if plan.shard is None:
         return plan.codec.nbytes
     total = math.prod(plan.shard.chunks_per_shard)
