@@ -4,9 +4,10 @@ throughput benchmark's layouts: the decode ceiling per codec.
     .venv/bin/python asv_bench/decoders.py [--mib 64] [--repeat 5] [--json out.json]
 
 Each chunk is compressed once as zarr writes it (zstd level 1; blosc: zstd level 1 with byte shuffle), then
-every decoder decodes all chunks: on one thread (GB/s per core), and on a thread per core into one
-preallocated output (does it release the GIL?). "into": decodes straight into the caller's buffer; otherwise
-the decoded bytes are a new object, copied into the output (counted in the time, as a reader must).
+every decoder decodes all chunks: on one thread (GB/s per core), and on a thread per core (each a contiguous
+run of the chunks) into preallocated outputs (does it release the GIL?). "into": decodes straight into the
+caller's buffer; otherwise the decoded bytes are a new object, copied into the output (counted in the time, as
+a reader must).
 Values are checked against the data. Medians of ``--repeat``.
 """
 
@@ -43,6 +44,18 @@ def zstd_decoders() -> dict[str, tuple[Decoder, bool]]:
 
     codec = numcodecs.Zstd()
     found["numcodecs.Zstd"] = (lambda raw, out: codec.decode(raw, out=out), True)
+
+    from xarray_zarrmax.decode import ChunkCodec
+
+    codecs: dict[tuple[Any, ...], ChunkCodec] = {}
+
+    def zarrmax(raw: bytes, out: np.ndarray) -> None:  # what the reader runs: its choice of decoder by size
+        key = (out.shape, out.dtype)
+        if key not in codecs:
+            codecs[key] = ChunkCodec(out.shape, out.dtype, out.dtype, None, ("zstd",))
+        codecs[key].decode_into(raw, out, "bench")
+
+    found["zarrmax (ChunkCodec.decode_into)"] = (zarrmax, True)
     try:
         import zstandard
 
@@ -135,9 +148,14 @@ def run_layout(layout: Layout, mib: int, repeat: int) -> list[dict[str, Any]]:
                 for raw, out in zip(encoded, outs, strict=True):
                     decode(raw, out)
 
-            def parallel() -> None:
+            def decode_some(part: slice) -> None:
+                for raw, out in zip(encoded[part], outs[part], strict=True):
+                    decode(raw, out)
+
+            def parallel() -> None:  # one contiguous run of chunks per thread: no hand-off per chunk
+                step = -(-len(encoded) // CORES)
                 with ThreadPoolExecutor(CORES) as ex:
-                    list(ex.map(decode, encoded, outs))
+                    list(ex.map(decode_some, [slice(i, i + step) for i in range(0, len(encoded), step)]))
 
             serial()
             if not all(np.array_equal(o, p) for o, p in zip(outs, pieces, strict=True)):
@@ -166,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     chosen = [lay for lay in layouts(512) if lay.shards is not None or lay.chunks == (375_000,)]
+    cube = chosen[-1]
+    # Small chunks, as in the access-pattern layouts (docs/access_patterns.md): per-call costs show here.
+    chosen.append(Layout("float32 cube, 15 KB chunks", cube.shape, "f4", (4, 32, 30), None, smooth=True))
     rows = [r for lay in chosen for r in run_layout(lay, args.mib, args.repeat)]
     print(f"\nDecode of {args.mib} MiB of each layout's chunks, median of {args.repeat}; GB/s of decoded output; "
           f"{CORES} cores. \"into\": decodes into the caller's buffer (else a new object, then copied: counted).\n")

@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from zarr.codecs import ZstdCodec
 
 from tests.test_errors import read_all, rewrite_index, shard_file, sharded_store
 from xarray_zarrmax import CorruptDataError, MetadataError, set_config
+from xarray_zarrmax.decode import SMALL_ZSTD_BYTES
 from xarray_zarrmax.shard import ShardFormat, parse_index
 
 
@@ -57,6 +60,62 @@ def test_metadata_lying_about_chunk_shape(tmp_path):
     meta_path.write_text(json.dumps(doc))
     with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd frame holds 40 bytes, expected 20"):
         xr.open_dataset(tmp_path / "lie.zarr", engine="zarrmax")["v"].values
+
+
+def _zstd_array(path, n: int):
+    """A 1-D int32 array of one zstd chunk of ``n`` elements (``n * 4`` bytes decoded), written by zarr."""
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    group.create_array("v", shape=(n,), chunks=(n,), dtype="i4", dimension_names=["x"],
+                       compressors=[ZstdCodec(level=1)])[:] = np.arange(n, dtype="i4")
+    return path / "v" / "c" / "0"
+
+
+def _zstd_frame_without_size(payload: bytes) -> bytes:
+    """A zstd frame that does not declare its decompressed size, as streaming writers make them."""
+    compressor = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    frame = compressor.compress(payload) + compressor.flush()
+    assert zstandard.frame_content_size(frame) == -1
+    return frame
+
+
+# Both sides of decode.SMALL_ZSTD_BYTES: a thread's reused zstandard context below, numcodecs above.
+@pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
+def test_zstd_frame_without_declared_size_reads_like_zarr(tmp_path, n):
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    values = (np.arange(n, dtype="i4") * 7) % 1000
+    chunk.write_bytes(_zstd_frame_without_size(values.tobytes()))
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "s.zarr", path="v")[:], values)
+    np.testing.assert_array_equal(read_all(tmp_path / "s.zarr"), values)
+
+
+@pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
+def test_zstd_frame_without_declared_size_that_decodes_too_long(tmp_path, n):
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    chunk.write_bytes(_zstd_frame_without_size(np.arange(2 * n, dtype="i4").tobytes()))
+    with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd could not decode the chunk"):
+        read_all(tmp_path / "s.zarr")
+
+
+@pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
+def test_truncated_zstd_frame(tmp_path, n):
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    chunk.write_bytes(chunk.read_bytes()[:-3])
+    with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd could not decode the chunk"):
+        read_all(tmp_path / "s.zarr")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=200))
+def test_fuzz_small_zstd_chunk(tmp_path, raw):
+    """Any bytes in place of a small zstd chunk: zarr-python's values or CorruptDataError, never a crash."""
+    chunk = _zstd_array(tmp_path / "s.zarr", 10)
+    frame = zstandard.ZstdCompressor().compress(np.arange(10, dtype="i4").tobytes())
+    chunk.write_bytes(frame[:4] + raw if raw[:1] == b"\x00" else raw)  # half of them behind a zstd magic number
+    try:
+        got = read_all(tmp_path / "s.zarr")
+    except CorruptDataError:
+        return
+    np.testing.assert_array_equal(got, zarr.open_array(tmp_path / "s.zarr", path="v")[:])
 
 
 def test_huge_declared_shape_is_refused_at_open(tmp_path):

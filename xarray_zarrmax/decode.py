@@ -9,11 +9,13 @@ dtype. Decompressors release the GIL, so chunks of a shard decode in parallel on
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import zstandard
 
 from .errors import CorruptDataError
 
@@ -34,10 +36,10 @@ class ChunkCodec:
     stored_dtype: np.dtype  # the element type of the stored bytes, byte order included
     order: tuple[int, ...] | None  # stored = chunk.transpose(order); None when stored in C order as is
     bytes_codecs: tuple[str, ...]  # bytes-to-bytes codecs in the order they were applied when writing
+    nbytes: int = field(init=False, compare=False)  # of one decoded chunk; read several times per chunk
 
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.chunk_shape) * self.stored_dtype.itemsize
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nbytes", math.prod(self.chunk_shape) * self.stored_dtype.itemsize)
 
     @property
     def direct(self) -> bool:
@@ -69,7 +71,11 @@ class ChunkCodec:
         return self._decode_frame(*self.frame(raw, where), where)
 
     def _decode_frame(self, data: Any, compressor: str | None, declared: int | None, where: str) -> np.ndarray:
-        if compressor is not None and declared is not None:
+        if compressor == "zstd" and (declared is None or self.nbytes < SMALL_ZSTD_BYTES):
+            # Small chunks, and frames that do not say their size (decoding those elsewhere could grow without
+            # bound); read-only: callers copy out of it.
+            data = _zstd_bounded(data, self.nbytes, where)
+        elif compressor is not None and declared is not None:
             # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
             flat = np.empty(self.nbytes, dtype=np.uint8)
             _decompress(compressor, data, flat, where)
@@ -99,25 +105,22 @@ class ChunkCodec:
             if src.size != target.size:
                 raise CorruptDataError(f"{where}: chunk holds {src.size} bytes, expected {target.size}")
             target[...] = src
-        elif declared is None:  # the frame does not say: decode aside, where the size is checked
+        elif declared is None or (compressor == "zstd" and self.nbytes < SMALL_ZSTD_BYTES):
+            # The frame does not say its size (decode aside, where the size is checked), or the chunk is small
+            # enough that a reused context and a copy beat numcodecs decoding in place.
             out[...] = self._decode_frame(data, compressor, declared, where)
         else:
             _decompress(compressor, data, target, where)
 
 
 def zstd_content_size(data: Any) -> int | None:
-    """The decompressed size a zstd frame header declares (RFC 8878), or None when it does not say."""
-    view = memoryview(data).cast("B")
-    if len(view) < 6 or bytes(view[:4]) != b"\x28\xb5\x2f\xfd":
+    """The decompressed size a zstd frame header declares, or None when it does not say or is not a zstd
+    frame (then decoding it fails and says so)."""
+    try:
+        size = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
         return None
-    descriptor = view[4]
-    fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
-    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
-    size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
-    if size == 0 or len(view) < pos + size:
-        return None
-    value = int.from_bytes(view[pos:pos + size], "little")
-    return value + 256 if size == 2 else value
+    return size if size >= 0 else None
 
 
 def declared_size(compressor: str, data: Any) -> int | None:
@@ -141,6 +144,27 @@ def check_crc32c(data: Any, where: str) -> memoryview:
     if stored != computed:
         raise CorruptDataError(f"{where}: crc32c checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
     return view[:-4]
+
+
+#: zstd chunks that decode to fewer bytes than this use the calling thread's own reused context
+#: (python-zstandard) and are copied into place; larger ones decode straight into the output with numcodecs.
+#: numcodecs creates and frees a context on every call and checks its arguments in Python: 15-17 us a chunk,
+#: as long as decoding a 16 KiB chunk; from about 128 KiB the copy costs more than that (asv_bench/decoders.py,
+#: "float32 field, 15 KB chunks").
+SMALL_ZSTD_BYTES = 128 << 10
+
+_zstd_contexts = threading.local()  # a decompression context serves one thread at a time
+
+
+def _zstd_bounded(data: Any, nbytes: int, where: str) -> bytes:
+    """One zstd frame decoded with this thread's context, refused once it produces more than ``nbytes``."""
+    dctx = getattr(_zstd_contexts, "dctx", None)
+    if dctx is None:
+        dctx = _zstd_contexts.dctx = zstandard.ZstdDecompressor()
+    try:
+        return dctx.decompress(data, max_output_size=nbytes)
+    except zstandard.ZstdError as err:
+        raise CorruptDataError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
 
 
 _decoders: dict[str, Any] = {}
