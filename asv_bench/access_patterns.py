@@ -829,7 +829,8 @@ def report(result: Mapping[str, Any]) -> str:
                    "advisor's model, calibrated by its probes. The floor has no CPU term: on local disk, where "
                    "the latency is microseconds, it is a lower bound no Python reader approaches. \"reader round "
                    "trips\": the model's count for zarrmax, whose objects in flight are also bounded by "
-                   "inflight_bytes (at the decoded size of what each object's fetch brings in):")
+                   "inflight_bytes (each fetch as it is sent: a whole object at its decoded size, an index or a "
+                   "shard's ranges at their size):")
         out.append("")
         out.append("| layout | op | round trips | reader round trips | needed MB | floor s | zarrmax s | "
                    "zarrmax / floor | zarr / floor | predicted s | predicted / zarrmax |")

@@ -246,6 +246,30 @@ def test_inflight_budget_counts_the_chunks_a_read_fetches_not_whole_shards():
         assert store.most == 2, f"{store.most} whole shards in flight with room for two"
 
 
+def test_inflight_budget_counts_ranges_once_the_index_tells_them():
+    """Each shard holds 8 rows of 8 chunks; a row is 8 adjacent chunks, one range of 512 bytes. Before its
+    index arrives, a read could only assume the worst for those 8 chunks (the gaps coalescing may fetch
+    between them: the whole 4 KB shard, plus the index), which let 2 of the 8 shards start at a time with
+    room for three whole shards. Counted as fetched (each index, then each range, exactly), all 8 go
+    together."""
+    from zarr.storage import MemoryStore
+
+    from tests.test_async import InFlight
+
+    memory = MemoryStore()
+    values = np.arange(8 * 512, dtype="i8").reshape(8, 512)
+    group = zarr.open_group(memory, mode="w", zarr_format=3)
+    group.create_array("v", shape=values.shape, dtype="i8", chunks=(1, 8), shards=(8, 64), compressors=None,
+                       dimension_names=["time", "x"])[...] = values
+    store = InFlight(memory)
+    with set_config(inflight_bytes=3 * 8 * 64 * 8):
+        ds = xr.open_dataset(store, engine="zarrmax", chunks=None)
+        store.hold_until(8)
+        got = ds["v"][3].values
+    assert store.most == 8, f"{store.most} of the 8 shards' index requests were in flight together"
+    np.testing.assert_array_equal(got, values[3])
+
+
 class BytesInFlight(zarr.storage.WrapperStore):  # type: ignore[type-arg]
     """Counts the bytes of the GETs in flight at once (ranges and suffixes by their length); each holds a
     moment, as a remote store's would."""
@@ -297,3 +321,40 @@ def test_inflight_budget_holds_for_merged_ranges_and_indexes(chunk, per_shard, o
         store.most = 0
         np.testing.assert_array_equal(ds["v"].isel(x=index).values, values[index])
     assert store.most <= max(budget, one_fetch), f"{store.most} bytes in flight, budget {budget}"
+
+
+def test_byte_budget_order_oversize_and_cancellation():
+    """ByteBudget: within capacity, or one fetch alone; finishing fetches first; no overtaking within a queue;
+    a cancelled waiter neither leaks nor loses bytes."""
+    from xarray_zarrmax._budget import ByteBudget
+
+    async def scenario() -> list[str]:
+        budget = ByteBudget(100)
+        order: list[str] = []
+
+        async def take(name: str, nbytes: int, finishing: bool = False) -> None:
+            await budget.acquire(nbytes, finishing=finishing)
+            order.append(name)
+
+        await take("a", 60)
+        big = asyncio.create_task(take("big", 500))  # waits: more than the room left
+        small = asyncio.create_task(take("small", 10))  # fits, but must not overtake "big"
+        fin = asyncio.create_task(take("finishing", 30, finishing=True))  # fits, and goes first
+        doomed = asyncio.create_task(take("doomed", 40, finishing=True))  # does not fit; cancelled below
+        await asyncio.sleep(0)
+        assert order == ["a", "finishing"] and budget.used == 90
+        doomed.cancel()
+        await asyncio.sleep(0)
+        assert budget.used == 90 and order == ["a", "finishing"]
+        budget.release(60)
+        budget.release(30)  # empty: "big" goes alone, over the capacity
+        await asyncio.sleep(0)
+        assert order == ["a", "finishing", "big"] and budget.used == 500
+        budget.release(500)
+        await asyncio.gather(big, small, fin, return_exceptions=True)
+        assert order[-1] == "small" and budget.used == 10
+        budget.release(10)
+        assert budget.used == 0 and doomed.cancelled()
+        return order
+
+    assert asyncio.run(scenario()) == ["a", "finishing", "big", "small"]

@@ -78,3 +78,83 @@ def request_slot() -> RequestLimiter:
     if limiter is None:
         limiter = _limiters[loop] = RequestLimiter()
     return limiter
+
+
+class ByteBudget:
+    """Bytes of one read's fetches in flight: at most ``capacity``, or one fetch alone when it is larger.
+
+    Fetches that finish an object whose shard index is already in hand (its ranges, known only from that index)
+    are served before fetches that start a new object: they free what the object holds sooner, and new objects
+    do not take the room first. A holder never waits while it holds bytes (an object gives its index fetch's
+    bytes back before it asks for its ranges'), so no set of waiters can block each other. Cancellation-safe
+    as `RequestLimiter` is.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.used = 0
+        self._finishing: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._starting: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, nbytes: int) -> bool:
+        return self.used == 0 or self.used + nbytes <= self.capacity
+
+    async def acquire(self, nbytes: int, *, finishing: bool = False) -> None:
+        ahead = self._finishing if finishing else (self._finishing or self._starting)
+        if not ahead and self._fits(nbytes):
+            self.used += nbytes
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (nbytes, waiter)
+        (self._finishing if finishing else self._starting).append(entry)
+        try:
+            await waiter
+        except BaseException:  # cancelled
+            if waiter.done() and not waiter.cancelled():  # the bytes were handed over as the cancel came in
+                self.release(nbytes)
+            else:
+                for queue in (self._finishing, self._starting):
+                    if entry in queue:
+                        queue.remove(entry)
+                self._hand_out()  # a large waiter leaving may let smaller ones behind it through
+            raise
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Grant waiters in order, finishing ones first; the first that does not fit stops its queue and any
+        queue after it (no overtaking, so a large fetch is not starved by small ones)."""
+        for queue in (self._finishing, self._starting):
+            while queue:
+                nbytes, waiter = queue[0]
+                if waiter.done():  # cancelled, and its task has not run yet to leave the queue
+                    queue.popleft()
+                    continue
+                if not self._fits(nbytes):
+                    return
+                queue.popleft()
+                self.used += nbytes
+                waiter.set_result(None)
+
+
+class Holding:
+    """What one object's fetch holds of a `ByteBudget` (None: unbounded); `release_all` when it is decoded."""
+
+    def __init__(self, budget: ByteBudget | None) -> None:
+        self._budget = budget
+        self.held = 0
+
+    async def take(self, nbytes: int, *, finishing: bool = False) -> None:
+        if self._budget is not None:
+            await self._budget.acquire(nbytes, finishing=finishing)
+            self.held += nbytes
+
+    def give_back(self, nbytes: int) -> None:
+        if self._budget is not None and nbytes:
+            self.held -= nbytes
+            self._budget.release(nbytes)
+
+    def release_all(self) -> None:
+        self.give_back(self.held)

@@ -233,7 +233,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
         objects = requests = index_requests = nbytes = decoded = chunks = 0
         rounds_per_object = 1
-        largest = 1  # decoded bytes of the largest single fetch: the reader's in-flight budget counts these
+        largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
         for count, obj, touched, seen in groups:
             r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
             objects += count
@@ -243,15 +243,15 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
             chunks += math.prod(len(t) for t in touched) * count
             rounds_per_object = max(rounds_per_object, rt)
-            # what one fetch holds, as fetch._fetched_nbytes bounds it (chunks read, merged gaps, index)
+            # what one fetch holds of the reader's in-flight budget (fetch._fetch_object_once): a whole object
+            # at its decoded size; a shard index at its size; a shard's ranges at their size, once indexed
             n_touched = math.prod(len(t) for t in touched)
             whole_dec = chunk_dec * layout.chunks_per_object()
-            if not layout.shards or n_touched >= reader.full_shard_fraction * layout.chunks_per_object():
+            if not layout.shards or (not seen and n_touched >= reader.full_shard_fraction * layout.chunks_per_object()):
                 largest = max(largest, whole_dec)
             else:
-                ranged = n_touched * chunk_dec + (n_touched - 1) * reader.coalesce_gap
                 index = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
-                largest = max(largest, min(whole_dec, ranged) + index)
+                largest = max(largest, b if seen else max(index, b - index))
         if layout.shards is not None and one_by_one:
             cache.seen.update(obj for _, obj, _, _ in groups)
         slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))

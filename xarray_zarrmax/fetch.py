@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ._budget import ByteBudget, Holding
 from ._loop import decode_pool, gather_or_cancel, run_sync
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
@@ -109,14 +110,18 @@ def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> 
     return f"array {plan.name!r}, key {key!r}{chunk}"
 
 
-async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, token: str) -> list[Work]:
+async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, token: str,
+                        hold: Holding | None = None) -> list[Work]:
     """Fetch what a read needs of one stored object (a shard, or an unsharded chunk), again from scratch if
-    the object changes while it is read."""
+    the object changes while it is read. Each fetch first takes its bytes from ``hold``'s budget; the caller
+    gives them back once the returned work is decoded."""
+    hold = Holding(None) if hold is None else hold
     key = plan.keys.key(read[0])
     for attempt in range(_ATTEMPTS):
         try:
-            return await _fetch_object_once(plan, source, key, read[1], token)
+            return await _fetch_object_once(plan, source, key, read[1], token, hold)
         except ObjectChanged:
+            hold.release_all()
             _drop_index(token, key)
             if attempt == _ATTEMPTS - 1:
                 raise StoreAccessError(
@@ -127,10 +132,11 @@ async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, t
 
 
 async def _fetch_object_once(
-    plan: ArrayPlan, source: ByteSource, key: str, pieces: list[Any], token: str
+    plan: ArrayPlan, source: ByteSource, key: str, pieces: list[Any], token: str, hold: Holding
 ) -> list[Work]:
     limit = max_object_size(plan.shard, plan.codec.nbytes)
     if plan.shard is None:
+        await hold.take(plan.codec.nbytes)  # whole objects count at their decoded size: the compressed is unknown
         got = await source.get_large(key, limit)
         raw = None if got is None else got.data
         if isinstance(raw, Segments):
@@ -141,6 +147,7 @@ async def _fetch_object_once(
     total = math.prod(fmt.chunks_per_shard)
     cached = _cached_index(token, key)
     if cached is None and len(pieces) >= get_config().full_shard_fraction * total:
+        await hold.take(plan.codec.nbytes * total)  # its chunks at decoded size, as an unsharded chunk
         shard = await source.get_large(key, limit)
         if shard is None:
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
@@ -153,7 +160,9 @@ async def _fetch_object_once(
     if cached is not None:
         index, version = cached.index, cached.version
     else:
+        await hold.take(fmt.index_nbytes)
         got = await (source.get_suffix if fmt.index_at_end else source.get_prefix)(key, fmt.index_nbytes)
+        hold.give_back(fmt.index_nbytes)  # parsed, the index is no longer a fetch in flight
         if got is None:
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index = parse_index(fmt, got.data, got.size, _where(plan, key))
@@ -166,6 +175,8 @@ async def _fetch_object_once(
     if not present:
         return work
     merged = coalesce([(a, b) for _, a, b in present], get_config().coalesce_gap)
+    # The exact bytes, known now from the index; ahead of objects not yet started, which hold nothing.
+    await hold.take(sum(b - a for a, b, _ in merged), finishing=cached is None)
     blobs = await source.get_ranges(key, [(a, b) for a, b, _ in merged], version)
     if blobs is None:
         raise ObjectChanged(key)  # deleted after its index was read: read it afresh (fill values)
@@ -242,50 +253,33 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> Any:
     raise RuntimeError("a local read suspended; it must not need an event loop")
 
 
-def _fetched_nbytes(plan: ArrayPlan, read: ObjectRead) -> int:
-    """At most how many bytes one object's fetch holds before it is decoded (counted at decoded size): the
-    whole object; or, for a shard read by byte ranges, its index, the chunks read and the gaps between them
-    that coalescing fetches too (each under ``coalesce_gap``), never more than the whole shard and its index.
-
-    Counting whole shards let a time series through 104 MB map shards have 5 of its 9 shards in flight (4 round
-    trips where 2 do); counting only the chunks read let merged ranges and indexes hold 14x the budget (the
-    review's reproducer, in tests/test_concurrency.py). The gaps are counted at their worst because the
-    index, which tells the real ones, arrives after the slot is taken: a map through shards of time series,
-    whose chunks read lie side by side, still waits for slots (6 round trips where 2 would do). Taking the
-    budget once the index is known would remove that."""
-    if plan.shard is None:
-        return plan.codec.nbytes
-    total = math.prod(plan.shard.chunks_per_shard)
-    whole = plan.codec.nbytes * total
-    chunks = len(read[1])
-    if chunks >= get_config().full_shard_fraction * total:
-        return whole
-    ranged = chunks * plan.codec.nbytes + (chunks - 1) * get_config().coalesce_gap
-    return min(whole, ranged) + plan.shard.index_nbytes
-
-
 async def _read_remote(
     plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list[ObjectRead], token: str, *,
     decode_on_pool: bool,
 ) -> None:
     """Fetch every stored object of the read and decode each as soon as it arrives.
 
-    Objects between "requested" and "decoded" are bounded by ``config.concurrency`` and by
-    ``config.inflight_bytes`` (at the decoded size of what the largest of them fetches), so a read holds little
-    beyond its output.
+    Objects between "requested" and "decoded" are at most ``config.concurrency``, and the bytes they fetch
+    at most ``config.inflight_bytes`` (or one fetch alone, when it is more), so a read holds little beyond its
+    output. Each fetch is counted as it is sent: a whole object at its decoded size, a shard index at its
+    size, a shard's chunk ranges at their exact size once the index is known. (Counting a ranged read's worst
+    case before its index arrived held a map through 104 MB time-series shards to 8 shards at a time: 6 round
+    trips where 2 do.)
     """
     loop = asyncio.get_running_loop()
     config = get_config()
-    largest = max((_fetched_nbytes(plan, r) for r in reads), default=1)
-    slots = asyncio.Semaphore(max(1, min(config.concurrency, config.inflight_bytes // max(largest, 1))))
+    slots = asyncio.Semaphore(max(1, config.concurrency))
+    budget = ByteBudget(config.inflight_bytes)
     pool = decode_pool() if decode_on_pool else None
 
     async def one(read: ObjectRead) -> None:
         async with slots:
-            work = await _fetch_object(plan, source, read, token)
-            if pool is None:
-                _place_all(plan, out, work)
-            else:
+            hold = Holding(budget)
+            try:
+                work = await _fetch_object(plan, source, read, token, hold)
+                if pool is None:
+                    _place_all(plan, out, work)
+                    return
                 # Small chunks go to the pool in batches, not one job each: every job costs a hand-off and a
                 # wake-up of this loop (profiled: as much CPU as the zstd decode itself for 8 chunks of 24 KiB
                 # a shard). Jobs of about JOB_BYTES decoded keep large chunks one per job, and at least
@@ -293,6 +287,8 @@ async def _read_remote(
                 jobs = max(config.threads, -(-len(work) * plan.codec.nbytes // JOB_BYTES))
                 batches = _batches(work, jobs)
                 await asyncio.gather(*(loop.run_in_executor(pool, _place_all, plan, out, b) for b in batches))
+            finally:
+                hold.release_all()  # decoded (or failed): its bytes are free
 
     await gather_or_cancel(*(one(r) for r in reads))
 
