@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xarray_zarrmax
 from xarray_zarrmax import request_counts, sinks
@@ -114,6 +116,40 @@ def test_same_store_as_dataset_to_zarr(tmp_path: Path, consolidated: bool) -> No
         else:
             assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
     check_reads(ours, sample())
+
+
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from(["bool", "i1", "u2", "i4", "u8", "f2", "f4", "f8", "c8", "c16"]),
+       endian=st.sampled_from(["little", "big"]), compress=st.sampled_from([None, 0, 1, 5]),
+       checksum=st.booleans(), write_empty=st.booleans(), fill=st.sampled_from([0, 1, -0.0, "nan"]),
+       content=st.sampled_from(["random", "fill", "zeros", "negative zeros"]))
+def test_direct_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int | None, checksum: bool,
+                                           write_empty: bool, fill: Any, content: str) -> None:
+    """ObjectCodec encodes bytes(+zstd) objects in one call, bypassing zarr's buffers: its bytes, and which
+    objects it elides as empty, must be exactly those of zarr's own codec chain."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_utils import encode_or_elide_chunk
+
+    from xarray_zarrmax.write_codec import ObjectCodec
+
+    np_dtype = np.dtype(dtype)
+    if fill == "nan" and np_dtype.kind not in "fc":
+        fill = 1
+    compressors = [] if compress is None else [zarr.codecs.ZstdCodec(level=compress, checksum=checksum)]
+    array = zarr.create_array(zarr.storage.MemoryStore(), shape=(6, 7), chunks=(6, 7), dtype=np_dtype,
+                              fill_value=float(fill) if fill == "nan" else fill, compressors=compressors,
+                              serializer=zarr.codecs.BytesCodec(endian=endian))
+    codec = ObjectCodec(array.metadata, write_empty)
+    assert codec._direct is not None
+    rng = np.random.default_rng(0)
+    values = {"random": (rng.normal(size=(6, 7)) * 50), "fill": np.full((6, 7), float(fill)),
+              "zeros": np.zeros((6, 7)), "negative zeros": np.full((6, 7), -0.0)}[content]
+    values = values.astype(np_dtype) if np_dtype.kind != "b" else values > 0
+    spec = codec.spec()
+    nd = default_buffer_prototype().nd_buffer.from_numpy_array(values)
+    expected = encode_or_elide_chunk(nd, spec, codec._transform.encode_chunk)
+    assert codec.encode(values) == (None if expected is None else expected.to_bytes())
 
 
 def test_unsharded_and_compressors(tmp_path: Path) -> None:

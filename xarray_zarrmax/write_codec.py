@@ -59,17 +59,43 @@ class ObjectCodec:
         """A full-shape array of the fill value: what an object holds where nothing was written."""
         return np.full(self.object_shape, self.fill_value, dtype=self.dtype)
 
+    @cached_property
+    def _direct(self) -> tuple[str | None, Any] | None:
+        """(byte order, numcodecs compressor or None) when the codecs are ``bytes`` then at most one ``zstd``:
+        such an object is encoded here in one call, without zarr's buffer wrappers, whose copies cost 4.1 ms
+        against 0.9 ms for a 3 MB chunk (asv_bench/write_throughput.py). The bytes are zarr's: the same
+        numcodecs codec its ZstdCodec calls, on the same bytes its BytesCodec makes."""
+        from zarr.codecs import BytesCodec, ZstdCodec
+
+        codecs = tuple(self.metadata.codecs)
+        if not 1 <= len(codecs) <= 2 or type(codecs[0]) is not BytesCodec or self.dtype.kind not in "biufc":
+            return None
+        if len(codecs) == 2 and type(codecs[1]) is not ZstdCodec:
+            return None
+        return codecs[0].endian, (codecs[1]._zstd_codec if len(codecs) == 2 else None)
+
     def encode(self, values: np.ndarray, *, keep_empty: bool = False) -> bytes | None:
         """The stored bytes of an object holding ``values`` (full object shape), or None when, with
         ``write_empty_chunks=False``, it is all fill value and must not be stored. ``keep_empty`` stores it
         even then (a merge that cleared an object replaces it conditionally rather than deleting it)."""
         from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.chunk_utils import encode_or_elide_chunk
+        from zarr.core.chunk_utils import chunk_is_empty
 
         spec = self.spec(True if keep_empty else None)
-        nd = default_buffer_prototype().nd_buffer.from_numpy_array(np.ascontiguousarray(values, dtype=self.dtype))
-        encoded = encode_or_elide_chunk(nd, spec, self._transform.encode_chunk)
-        return None if encoded is None else encoded.to_bytes()
+        array = np.ascontiguousarray(values, dtype=self.dtype)
+        nd = default_buffer_prototype().nd_buffer.from_numpy_array(array)
+        if chunk_is_empty(nd, spec):  # zarr's own rule for what is not stored
+            return None
+        if self._direct is None:
+            encoded = self._transform.encode_chunk(nd, spec)
+            return None if encoded is None else encoded.to_bytes()
+        endian, compressor = self._direct
+        if array.dtype.itemsize > 1 and endian is not None:
+            stored = array.dtype.newbyteorder(">" if endian == "big" else "<")
+            if stored != array.dtype:
+                array = array.astype(stored)
+        raw = array.reshape(-1).view(np.uint8)
+        return raw.tobytes() if compressor is None else bytes(compressor.encode(raw))
 
     def decode(self, data: Any) -> np.ndarray:
         """The full-shape array a stored object holds (a writable copy)."""
