@@ -131,6 +131,7 @@ def test_direct_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: in
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.chunk_utils import encode_or_elide_chunk
 
+    from xarray_zarrmax.shard_encode import PlainEncoder
     from xarray_zarrmax.write_codec import ObjectCodec
 
     np_dtype = np.dtype(dtype)
@@ -141,7 +142,7 @@ def test_direct_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: in
                               fill_value=float(fill) if fill == "nan" else fill, compressors=compressors,
                               serializer=zarr.codecs.BytesCodec(endian=endian))
     codec = ObjectCodec(array.metadata, write_empty)
-    assert codec._direct is not None
+    assert isinstance(codec._fast, PlainEncoder)
     rng = np.random.default_rng(0)
     values = {"random": (rng.normal(size=(6, 7)) * 50), "fill": np.full((6, 7), float(fill)),
               "zeros": np.zeros((6, 7)), "negative zeros": np.full((6, 7), -0.0)}[content]
@@ -150,6 +151,67 @@ def test_direct_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: in
     nd = default_buffer_prototype().nd_buffer.from_numpy_array(values)
     expected = encode_or_elide_chunk(nd, spec, codec._transform.encode_chunk)
     assert codec.encode(values) == (None if expected is None else expected.to_bytes())
+
+
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from(["bool", "i1", "u2", "i4", "f2", "f4", "f8", "c8"]),
+       endian=st.sampled_from(["little", "big"]), compress=st.sampled_from([None, 0, 3]),
+       start=st.booleans(), write_empty=st.booleans(), fill=st.sampled_from([0, 1, "nan"]),
+       chunks=st.sampled_from([(3, 4), (2, 8), (6, 8), (1, 1)]), empty_mask=st.integers(0, 2**16 - 1),
+       keep_empty=st.booleans())
+def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int | None, start: bool,
+                                          write_empty: bool, fill: Any, chunks: tuple[int, int], empty_mask: int,
+                                          keep_empty: bool) -> None:
+    """Shards of bytes(+zstd) chunks are laid out and indexed by our own encoder, the inner chunks in parallel:
+    the bytes (index position and crc32c, Morton order, which inner chunks are left out as empty, and when
+    the whole shard is) must be exactly those of zarr's ShardingCodec."""
+    import zarr
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_utils import encode_or_elide_chunk
+
+    from xarray_zarrmax.shard_encode import ShardEncoder
+    from xarray_zarrmax.write_codec import ObjectCodec
+
+    np_dtype = np.dtype(dtype)
+    if fill == "nan" and np_dtype.kind not in "fc":
+        fill = 1
+    inner = [zarr.codecs.BytesCodec(endian=endian)]
+    if compress is not None:
+        inner.append(zarr.codecs.ZstdCodec(level=compress))
+    sharding = zarr.codecs.ShardingCodec(chunk_shape=chunks, codecs=inner, index_location="start" if start else "end")
+    array = zarr.create_array(zarr.storage.MemoryStore(), shape=(12, 16), chunks=(6, 8), dtype=np_dtype,
+                              fill_value=float(fill) if fill == "nan" else fill, serializer=sharding,
+                              compressors=None, filters=None)
+    codec = ObjectCodec(array.metadata, write_empty)
+    assert isinstance(codec._fast, ShardEncoder)
+    values = np.random.default_rng(0).normal(size=(6, 8)) * 50
+    # inner chunks chosen by the mask hold only the fill value
+    for i, (y, x) in enumerate(itertools.product(range(6 // chunks[0]), range(8 // chunks[1]))):
+        if empty_mask >> (i % 16) & 1:
+            values[y * chunks[0]:(y + 1) * chunks[0], x * chunks[1]:(x + 1) * chunks[1]] = float(fill)
+    values = values.astype(np_dtype) if np_dtype.kind != "b" else values > 0
+    spec = codec.spec(True if keep_empty else None)
+    nd = default_buffer_prototype().nd_buffer.from_numpy_array(values)
+    expected = encode_or_elide_chunk(nd, spec, codec._transform.encode_chunk)
+    assert codec.encode(values, keep_empty=keep_empty) == (None if expected is None else expected.to_bytes())
+
+
+def test_unusual_shards_keep_zarrs_encoder() -> None:
+    """Codecs the shard encoder does not reproduce are left to zarr's chain."""
+    import zarr
+
+    from xarray_zarrmax.write_codec import ObjectCodec
+
+    def fast(**kwargs: Any) -> Any:
+        array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8,), chunks=(4,), dtype="f4", **kwargs)
+        return ObjectCodec(array.metadata, False)._fast
+
+    assert fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()]) is not None
+    assert fast(shards=(8,), compressors=[zarr.codecs.GzipCodec()]) is None
+    transposed = [zarr.codecs.TransposeCodec(order=(0,))]
+    assert fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()], filters=transposed) is None
+    index_without_crc = zarr.codecs.ShardingCodec(chunk_shape=(4,), index_codecs=[zarr.codecs.BytesCodec()])
+    assert fast(serializer=index_without_crc, compressors=None, filters=None) is None
 
 
 def test_unsharded_and_compressors(tmp_path: Path) -> None:

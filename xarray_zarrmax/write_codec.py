@@ -4,6 +4,8 @@ zarr-python >= 3.4 runs its codec chains without an event loop (``ChunkTransform
 object we write is byte-for-byte what zarr-python writes for the same array: the sharding codec lays out
 the inner chunks and the shard index (with its crc32c), elides empty inner chunks, and any codec zarr knows
 works. The compressors (zstd, blosc, gzip) release the GIL, so shards encode in parallel on dask's threads.
+The common codecs (bytes, zstd, sharding with zarr's default index) are encoded by `shard_encode` instead,
+to the same bytes, without zarr's per-chunk buffer copies and with the chunks of a shard in parallel.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import MetadataError
+from .shard_encode import PlainEncoder, ShardEncoder, plain_encoder, shard_encoder
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,11 @@ class ObjectCodec:
         return np.full(self.object_shape, self.fill_value, dtype=self.dtype)
 
     @cached_property
-    def _direct(self) -> tuple[str | None, Any] | None:
-        """(byte order, numcodecs compressor or None) when the codecs are ``bytes`` then at most one ``zstd``:
-        such an object is encoded here in one call, without zarr's buffer wrappers, whose copies cost 4.1 ms
-        against 0.9 ms for a 3 MB chunk (asv_bench/write_throughput.py). The bytes are zarr's: the same
-        numcodecs codec its ZstdCodec calls, on the same bytes its BytesCodec makes."""
-        from zarr.codecs import BytesCodec, ZstdCodec
-
-        codecs = tuple(self.metadata.codecs)
-        if not 1 <= len(codecs) <= 2 or type(codecs[0]) is not BytesCodec or self.dtype.kind not in "biufc":
-            return None
-        if len(codecs) == 2 and type(codecs[1]) is not ZstdCodec:
-            return None
-        return codecs[0].endian, (codecs[1]._zstd_codec if len(codecs) == 2 else None)
+    def _fast(self) -> PlainEncoder | ShardEncoder | None:
+        """Our own encoder where the codecs are the common ones (`xarray_zarrmax.shard_encode`): the same
+        bytes as zarr's chain, without its buffer copies, the chunks of a shard in parallel."""
+        return (plain_encoder(self.metadata.codecs, self.dtype)
+                or shard_encoder(self.metadata.codecs, self.dtype, self.object_shape))
 
     def encode(self, values: np.ndarray, *, keep_empty: bool = False) -> bytes | None:
         """The stored bytes of an object holding ``values`` (full object shape), or None when, with
@@ -86,16 +81,20 @@ class ObjectCodec:
         nd = default_buffer_prototype().nd_buffer.from_numpy_array(array)
         if chunk_is_empty(nd, spec):  # zarr's own rule for what is not stored
             return None
-        if self._direct is None:
-            encoded = self._transform.encode_chunk(nd, spec)
-            return None if encoded is None else encoded.to_bytes()
-        endian, compressor = self._direct
-        if array.dtype.itemsize > 1 and endian is not None:
-            stored = array.dtype.newbyteorder(">" if endian == "big" else "<")
-            if stored != array.dtype:
-                array = array.astype(stored)
-        raw = array.reshape(-1).view(np.uint8)
-        return raw.tobytes() if compressor is None else bytes(compressor.encode(raw))
+        fast = self._fast
+        if isinstance(fast, PlainEncoder):
+            return fast.encode(array)
+        if isinstance(fast, ShardEncoder):
+            from zarr.core.array_spec import ArraySpec
+
+            from ._loop import decode_pool
+
+            # the inner chunks' spec, as zarr's ShardingCodec derives it from the shard's
+            inner = ArraySpec(shape=fast.chunk_shape, dtype=spec.dtype, fill_value=spec.fill_value,
+                              config=spec.config, prototype=spec.prototype)
+            return fast.encode(array, inner, decode_pool())
+        encoded = self._transform.encode_chunk(nd, spec)
+        return None if encoded is None else encoded.to_bytes()
 
     def decode(self, data: Any) -> np.ndarray:
         """The full-shape array a stored object holds (a writable copy)."""

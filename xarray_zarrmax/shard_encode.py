@@ -1,0 +1,136 @@
+"""Encoding stored objects of the common codecs in one call per chunk, without zarr-python's buffer wrappers.
+
+zarr-python's codec chain copies every chunk through its own buffers (4.1 ms against 0.9 ms of zstd for a
+3 MB chunk) and encodes the chunks of a shard one after the other. For the layouts nearly everyone writes --
+``bytes`` then at most one ``zstd``, optionally inside a ``sharding_indexed`` codec with zarr's default index
+(``bytes`` little-endian + ``crc32c``) and Morton write order -- the bytes are produced here instead: the
+same numcodecs compressor zarr's ``ZstdCodec`` calls, on the same bytes its ``BytesCodec`` makes, the chunks
+of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid out and indexed as zarr's
+``ShardingCodec`` lays them out. Which chunks are left out as empty is decided by zarr's own
+``chunk_is_empty``. Anything else returns None from the planners, and the caller uses zarr's chain.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+#: the index entry of a chunk not stored (offset and length)
+_MISSING = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class PlainEncoder:
+    """``bytes`` (in ``endian``) then ``compressor`` (a numcodecs Zstd, or None)."""
+
+    endian: str | None
+    compressor: Any
+
+    def encode(self, values: np.ndarray) -> bytes:
+        array = np.ascontiguousarray(values)
+        if array.dtype.itemsize > 1 and self.endian is not None:
+            stored = array.dtype.newbyteorder(">" if self.endian == "big" else "<")
+            if stored != array.dtype:
+                array = array.astype(stored)
+        raw = array.reshape(-1).view(np.uint8)
+        return raw.tobytes() if self.compressor is None else bytes(self.compressor.encode(raw))
+
+
+@dataclass(frozen=True)
+class ShardEncoder:
+    """A ``sharding_indexed`` object whose inner chunks use a `PlainEncoder`."""
+
+    inner: PlainEncoder
+    chunk_shape: tuple[int, ...]
+    grid: tuple[int, ...]  # chunks per shard, per dimension
+    index_at_start: bool
+
+    @property
+    def index_nbytes(self) -> int:
+        return 16 * math.prod(self.grid) + 4
+
+    def encode(self, values: np.ndarray, chunk_spec: Any, pool: Executor | None) -> bytes | None:
+        """The shard's bytes, or None when every inner chunk is empty under ``chunk_spec`` (zarr then stores
+        no shard). ``pool`` encodes the inner chunks in parallel."""
+        order = _write_order(self.grid)
+
+        def one(coords: tuple[int, ...]) -> bytes | None:
+            chunk = values[tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True))]
+            return None if _is_empty(chunk, chunk_spec) else self.inner.encode(chunk)
+
+        parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
+        present = [p for p in parts if p is not None]
+        if not present:
+            return None
+        index = np.full((*self.grid, 2), _MISSING, dtype="<u8")
+        position = self.index_nbytes if self.index_at_start else 0
+        for coords, part in zip(order, parts, strict=True):
+            if part is not None:
+                index[coords] = (position, len(part))
+                position += len(part)
+        index_bytes = index.tobytes()
+        index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
+        return b"".join([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
+
+
+def plain_encoder(codecs: Any, dtype: np.dtype) -> PlainEncoder | None:
+    """The encoder for ``codecs`` (a zarr codec tuple), or None unless they are ``bytes`` then at most one
+    ``zstd`` on a numeric dtype."""
+    from zarr.codecs import BytesCodec, ZstdCodec
+
+    codecs = tuple(codecs)
+    if not 1 <= len(codecs) <= 2 or type(codecs[0]) is not BytesCodec or dtype.kind not in "biufc":
+        return None
+    if len(codecs) == 2 and type(codecs[1]) is not ZstdCodec:
+        return None
+    return PlainEncoder(codecs[0].endian, codecs[1]._zstd_codec if len(codecs) == 2 else None)
+
+
+def shard_encoder(codecs: Any, dtype: np.dtype, shard_shape: tuple[int, ...]) -> ShardEncoder | None:
+    """The encoder for a lone ``sharding_indexed`` codec with plain inner codecs, zarr's default index codecs
+    and Morton write order; else None."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+
+    codecs = tuple(codecs)
+    if len(codecs) != 1 or type(codecs[0]) is not ShardingCodec:
+        return None
+    sharding = codecs[0]
+    index_codecs = tuple(sharding.index_codecs)
+    if (len(index_codecs) != 2 or type(index_codecs[0]) is not BytesCodec or index_codecs[0].endian != "little"
+            or type(index_codecs[1]) is not Crc32cCodec):
+        return None
+    if getattr(sharding, "subchunk_write_order", "morton") != "morton":
+        return None
+    inner = plain_encoder(sharding.codecs, dtype)
+    chunk_shape = tuple(sharding.chunk_shape)
+    if inner is None or len(chunk_shape) != len(shard_shape) or any(
+            s % c for s, c in zip(shard_shape, chunk_shape, strict=True)):
+        return None
+    location = getattr(sharding.index_location, "value", sharding.index_location)
+    return ShardEncoder(inner, chunk_shape, tuple(s // c for s, c in zip(shard_shape, chunk_shape, strict=True)),
+                        location == "start")
+
+
+@lru_cache(maxsize=64)
+def _write_order(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
+    from zarr.core.indexing import morton_order_coords  # the order zarr's ShardingCodec writes in
+
+    return [tuple(int(i) for i in c) for c in morton_order_coords(grid)]
+
+
+def _is_empty(chunk: np.ndarray, chunk_spec: Any) -> bool:
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_utils import chunk_is_empty
+
+    return bool(chunk_is_empty(default_buffer_prototype().nd_buffer.from_numpy_array(chunk), chunk_spec))
+
+
+def _crc32c(data: bytes) -> int:
+    import google_crc32c
+
+    return int(google_crc32c.value(data))
