@@ -159,10 +159,42 @@ def test_probe_store_on_minio_cleans_up(minio: Any, bucket: str) -> None:
 def test_coalesced_runs_equal_coalesce() -> None:
     rng = np.random.default_rng(1)
     for _ in range(300):
+        sizes = rng.integers(1, 50, size=200) if rng.random() < 0.5 else np.full(200, int(rng.integers(1, 50)))
         ranks = rng.choice(200, size=int(rng.integers(1, 40)), replace=False)
-        size, gap = int(rng.integers(1, 50)), int(rng.integers(0, 200))
-        merged = coalesce([(int(r) * size, (int(r) + 1) * size) for r in ranks], gap)
-        assert coalesced_runs(ranks, size, gap) == (len(merged), sum(b - a for a, b, _ in merged))
+        gap = int(rng.integers(0, 200))
+        ends = np.cumsum(sizes)
+        merged = coalesce([(int(ends[r] - sizes[r]), int(ends[r])) for r in ranks], gap)
+        assert coalesced_runs(ranks, sizes, gap) == (len(merged), sum(b - a for a, b, _ in merged))
+
+
+def test_compressed_edge_chunks_count_at_their_inside_fraction(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compressed chunk mostly outside the array is mostly fill value and stores small, so the ranges on
+    either side of it merge: the model must see that, or it counts requests the reader never sends."""
+    from zarr.codecs import ZstdCodec
+
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    shape, chunks, shards = (16, 3001), (1, 3000), (8, 6000)  # each shard: 8 full chunks, 8 holding one value
+    values = np.random.default_rng(2).random(shape).astype("f4")  # little to compress: full chunks ~10.8 of 12 kB
+    ds = xr.Dataset({"v": (("time", "x"), values)})
+    path = str(tmp_path / "edge.zarr")
+    ds.to_zarr(path, encoding={"v": {"chunks": chunks, "shards": shards, "compressors": [ZstdCodec()]}},
+               zarr_format=3, mode="w", consolidated=True)
+    raw = (tmp_path / "edge.zarr" / "v" / "c" / "0" / "0").read_bytes()
+    lengths = np.frombuffer(raw[-(16 * 16 + 4):-4], dtype="<u8").reshape(8, 2, 2)[..., 1]
+    assert lengths[:, 1].max() < 200 < 10_000 < lengths[:, 0].min()  # the premise: edge chunks store small
+    chunk_enc = int(np.median(lengths[:, 0]))
+    sel = [(Axis(0, 16), Axis(0, 1))]  # the time series at x = 0: chunk (t, 0) of every t
+    with xarray_zarrmax.set_config(coalesce_gap=1000, full_shard_fraction=1.0):
+        reader = local_reader()
+        predicted = count_read(sel, shape, 4, Layout(chunks, shards), chunk_enc, reader, compressed=True)
+        ds = xr.open_dataset(path, engine="zarrmax", chunks=None, consolidated=True)
+        with xarray_zarrmax.request_counts() as counts:
+            ds["v"][:, 0].values  # noqa: B018
+    assert predicted.requests == counts.total("get")
+    assert predicted.bytes == pytest.approx(counts.total("bytes"), rel=0.02)
+    uncompressed = count_read(sel, shape, 4, Layout(chunks, shards), chunk_enc, reader)
+    assert uncompressed.requests > predicted.requests  # at full size the edge chunks would split the ranges
 
 
 GEOS = (5136, 721, 1152)  # seed 001's GEOS-FP cube (time, lat, lon)

@@ -339,7 +339,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
         chunk_enc = max(1, round(itemsize * math.prod(layout.chunks) * costs.ratio))
         predictions = {}
         for name, sels in selections.items():
-            counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader)
+            counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=costs.ratio < 1)
             predictions[name] = Prediction(counts, predict(counts, costs, reader))
         score = sum(_weight(patterns[n]) * p.seconds for n, p in predictions.items())
         kept.append(Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes, objects,

@@ -136,26 +136,45 @@ def _write_order(chunks_per_shard: tuple[int, ...]) -> np.ndarray:
 
 
 @lru_cache(maxsize=1024)
-def _stored_rank(grid: tuple[int, ...], present: tuple[int, ...]) -> np.ndarray:
-    """Per chunk of the shard (an array of the grid's shape), its position among the stored chunks: write
-    order, skipping the chunks outside the array (zarr does not store chunks holding only the fill value)."""
+def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
+                   compressed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Where a shard's chunks lie in its bytes: per chunk of the grid, its rank among the stored chunks
+    (write order; -1 where it is not stored), and per rank its encoded size.
+
+    ``extents`` are the shard's elements inside the array along each dimension. Chunks wholly outside are
+    not stored (zarr does not store chunks holding only the fill value). A chunk partly outside is stored;
+    compressed, its fill-value part costs almost nothing, so its size is ``chunk_enc`` times the fraction
+    of it inside the array (a 361-row grid in 30-row chunks ends in a chunk of one row: 1/30 of the bytes,
+    which decides whether the ranges around it merge); uncompressed, it is stored whole."""
+    inside = [np.clip(e - np.arange(g) * c, 0, c) / c for g, e, c in zip(grid, extents, chunks, strict=True)]
+    fraction = np.ones(grid)
+    for d, f in enumerate(inside):
+        fraction = fraction * f.reshape([-1 if i == d else 1 for i in range(len(grid))])
     order = _write_order(grid)
-    stored = np.all(order < np.asarray(present), axis=1)
+    in_order = fraction[tuple(order.T)]
+    stored = in_order > 0
     rank = np.full(grid, -1, dtype=np.int64)
     rank[tuple(order[stored].T)] = np.arange(int(stored.sum()))
-    return rank
+    if compressed:
+        sizes = np.maximum(1, np.round(in_order[stored] * chunk_enc)).astype(np.int64)
+    else:
+        sizes = np.full(int(stored.sum()), chunk_enc, dtype=np.int64)
+    return rank, sizes
 
 
-def coalesced_runs(ranks: np.ndarray, size: int, gap: int) -> tuple[int, int]:
-    """(requests, bytes) of `layout.coalesce` applied to the ranges ``[r * size, (r + 1) * size)`` of distinct
-    ``ranks``: consecutive ranges merge when the bytes between them are at most ``gap``."""
+def coalesced_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int) -> tuple[int, int]:
+    """(requests, bytes) of `layout.coalesce` applied to the byte ranges of the distinct stored chunks
+    ``ranks``, where chunk ``r`` is ``sizes[r]`` bytes laid end to end in rank order: consecutive ranges
+    merge when the bytes between them are at most ``gap``."""
     r = np.sort(ranks)
     if r.size == 0:
         return 0, 0
-    breaks = (np.diff(r) - 1) * size > gap
+    ends = np.cumsum(sizes)
+    starts_at = ends - sizes
+    breaks = starts_at[r[1:]] - ends[r[:-1]] > gap
     starts = np.concatenate(([r[0]], r[1:][breaks]))
     stops = np.concatenate((r[:-1][breaks], [r[-1]]))
-    return int(starts.size), int((stops - starts + 1).sum()) * size
+    return int(starts.size), int((ends[stops] - starts_at[starts]).sum())
 
 
 @lru_cache(maxsize=65536)
@@ -171,35 +190,37 @@ def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> tuple[t
     return _footprints(axis.start, axis.stop, n, outer, inner)
 
 
-def _present(n: int, outer: int, inner: int, obj: int) -> int:
-    """Chunks of object ``obj`` along one dimension that hold array elements (the rest are never written)."""
-    return min(outer // inner, -(-(n - obj * outer) // inner))
+def _extent(n: int, outer: int, obj: int) -> int:
+    """Elements of object ``obj`` inside the array along one dimension (less than ``outer`` at the edge)."""
+    return min(outer, n - obj * outer)
 
 
 def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], touched: Sequence[tuple[int, ...]],
-                  chunk_enc: int, reader: Reader, cached: bool) -> tuple[int, int, int, int]:
+                  chunk_enc: int, reader: Reader, cached: bool, compressed: bool) -> tuple[int, int, int, int]:
     """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it."""
+    extents = tuple(_extent(int(n), o, i) for n, o, i in zip(shape, layout.outer, obj, strict=True))
     if layout.shards is None:
-        parts = 1 if reader.local else max(1, -(-chunk_enc // reader.split_size))
-        return parts, 0, chunk_enc, 1 + (parts > 1)
-    present = [_present(n, o, c, i) for n, o, c, i in zip(shape, layout.shards, layout.chunks, obj, strict=True)]
+        inside = math.prod(e / c for e, c in zip(extents, layout.chunks, strict=True))
+        nbytes = max(1, round(chunk_enc * inside)) if compressed else chunk_enc
+        parts = 1 if reader.local else max(1, -(-nbytes // reader.split_size))
+        return parts, 0, nbytes, 1 + (parts > 1)
+    grid = tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True))
+    rank, sizes = _stored_layout(grid, extents, layout.chunks, chunk_enc, compressed)
     index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
-    stored = math.prod(present) * chunk_enc + index_nbytes
     pieces = math.prod(len(t) for t in touched)
     if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
+        stored = int(sizes.sum()) + index_nbytes
         parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
         return parts, 0, stored, 1 + (parts > 1)
-    # Byte ranges of the touched chunks: dense chunks of equal encoded size, laid out in write order with
-    # the chunks outside the array skipped (they hold only the fill value, which zarr does not store).
-    rank = _stored_rank(tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True)), tuple(present))
-    runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), chunk_enc, reader.coalesce_gap)
+    runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap)
     index = 0 if cached else 1
     return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index
 
 
 def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: int, layout: Layout,
-               chunk_enc: int, reader: Reader, cache: IndexCache | None = None) -> ReadCounts:
+               chunk_enc: int, reader: Reader, cache: IndexCache | None = None, *,
+               compressed: bool = False) -> ReadCounts:
     """Count what reading ``selections`` one after the other costs (a fresh open unless ``cache`` is given).
 
     Parameters
@@ -207,7 +228,10 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
     selections
         Box selections (one `Axis` per dimension, ranges only), read in order.
     chunk_enc
-        Encoded bytes of one chunk (every chunk, edge chunks included, is stored at its full shape).
+        Encoded bytes of one chunk wholly inside the array.
+    compressed
+        Whether the codecs compress: then a chunk partly outside the array is stored at ``chunk_enc`` times
+        the fraction of it inside (its fill-value part compresses to almost nothing); else at full size.
     """
     cache = IndexCache() if cache is None else cache
     total = ReadCounts()
@@ -217,14 +241,13 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
                    for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True)]
         if any(not d for d in per_dim):
             continue
-        # Objects with the same (edge status, touched chunks) along every dimension fetch alike: per dimension,
-        # count the objects of each footprint, and simulate one object per combination of footprints. Cached
-        # indexes break that symmetry, so reads of several selections (ML batches: small) go object by object.
+        # Objects with the same (extent inside the array, touched chunks) along every dimension fetch alike: per
+        # dimension, count the objects of each footprint, and simulate one object per combination of footprints.
+        # Cached indexes break that symmetry, so reads of several selections (ML batches: small) go one by one.
         one_by_one = len(selections) > 1 or bool(cache.seen)
         keyed: list[Counter[tuple[int, int, tuple[int, ...]]]] = []
-        for d, n, o, c in zip(per_dim, shape, layout.outer, layout.chunks, strict=True):
-            keyed.append(Counter((i if one_by_one else -1, _present(int(n), o, c, i) if layout.shards else 0, t)
-                                 for i, t in d))
+        for d, n, o in zip(per_dim, shape, layout.outer, strict=True):
+            keyed.append(Counter((i if one_by_one else -1, _extent(int(n), o, i), t) for i, t in d))
         groups: list[tuple[int, tuple[int, ...], list[tuple[int, ...]], bool]] = []
         for combo in itertools.product(*(k.items() for k in keyed)):
             count = math.prod(m for _, m in combo)
@@ -235,7 +258,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         rounds_per_object = 1
         largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
         for count, obj, touched, seen in groups:
-            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen)
+            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen, compressed)
             objects += count
             requests += r * count
             index_requests += ir * count
@@ -265,12 +288,12 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
 
 def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Sequence[int],
                     layout: Layout) -> tuple[int, ...]:
-    """An object coordinate with the given number of present chunks along each dimension: the last object
-    where that number is an edge's, else the first (only the present counts matter to `_object_fetch`)."""
+    """An object coordinate with the given extent inside the array along each dimension: the last object
+    where that extent is the edge's, else the first (only the extents matter to `_object_fetch`)."""
     coords = []
-    for (_, present, _), n, o, c in zip(keys, shape, layout.outer, layout.chunks, strict=True):
+    for (_, extent, _), n, o in zip(keys, shape, layout.outer, strict=True):
         last = -(-int(n) // o) - 1
-        coords.append(last if layout.shards is not None and _present(int(n), o, c, last) == present else 0)
+        coords.append(last if _extent(int(n), o, last) == extent else 0)
     return tuple(coords)
 
 
