@@ -196,6 +196,46 @@ def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int
     assert codec.encode(values, keep_empty=keep_empty) == (None if expected is None else expected.to_bytes())
 
 
+@pytest.mark.parametrize("compressors", [None, "zstd"])
+@pytest.mark.parametrize("case", ["edge shard, write_empty_chunks", "region merge", "appends"])
+def test_partial_and_edge_shards_store_zarrs_bytes(tmp_path: Path, case: str, compressors: str | None) -> None:
+    """Which inner chunks a shard stores follows zarr: none wholly outside the array (even with
+    write_empty_chunks=True), and a merge keeps the inner chunks it does not write as they were (stored, or
+    left out) -- so the files are zarr's, byte for byte."""
+    import zarr
+
+    comp = None if compressors is None else [zarr.codecs.ZstdCodec(level=1)]
+    files: dict[str, dict[str, bytes]] = {}
+    for name in ("ours", "zarr"):
+        path = tmp_path / f"{name}.zarr"
+
+        def write(ds: xr.Dataset, name: str = name, path: Path = path, **kwargs: Any) -> None:
+            if name == "ours":
+                xarray_zarrmax.to_zarr(ds, path, consolidated=False, **kwargs)
+            else:
+                ds.to_zarr(path, consolidated=False, zarr_format=3, **kwargs)
+
+        if case == "edge shard, write_empty_chunks":
+            ds = xr.Dataset({"v": ("x", np.arange(5, dtype="i2"))})
+            write(ds, encoding={"v": {"chunks": (2,), "shards": (4,), "compressors": comp}}, write_empty_chunks=True)
+        elif case == "region merge":
+            v = np.full((4, 6), np.nan, "f4")
+            v[0:2, 0:3] = 1.0  # one inner chunk of four holds data
+            enc = {"v": {"chunks": (2, 3), "shards": (4, 6), "compressors": comp, "fill_value": np.nan}}
+            write(xr.Dataset({"v": (("t", "x"), v)}), encoding=enc)
+            write(xr.Dataset({"v": (("t", "x"), np.full((1, 6), 2.0, "f4"))}), region={"t": slice(1, 2)})
+        else:
+            def step(t: int) -> xr.Dataset:
+                return xr.Dataset({"v": (("t", "x"), np.full((1, 3), t + 1.0, "f4"))}, coords={"t": [t]})
+
+            write(step(0), encoding={"v": {"chunks": (1, 3), "shards": (8, 3), "compressors": comp}})
+            for t in (1, 2):
+                write(step(t), append_dim="t")
+        files[name] = {str(f.relative_to(path)): f.read_bytes() for f in sorted((path / "v" / "c").rglob("*"))
+                       if f.is_file()}
+    assert files["ours"] == files["zarr"]
+
+
 def test_unusual_shards_keep_zarrs_encoder() -> None:
     """Codecs the shard encoder does not reproduce are left to zarr's chain."""
     import zarr

@@ -54,18 +54,24 @@ class ShardEncoder:
     def index_nbytes(self) -> int:
         return 16 * math.prod(self.grid) + 4
 
-    def encode(self, values: np.ndarray, chunk_spec: Any, pool: Executor | None) -> bytes | None:
-        """The shard's bytes, or None when every inner chunk is empty under ``chunk_spec`` (zarr then stores
-        no shard). ``pool`` encodes the inner chunks in parallel."""
+    def encode(self, values: np.ndarray, chunk_spec: Any, pool: Executor | None, *,
+               rule: np.ndarray | None = None, keep_index: bool = False) -> bytes | None:
+        """The shard's bytes, or None when no inner chunk is stored (zarr then stores no shard; with
+        ``keep_index``, a shard of only its index, which reads as the fill value, is returned instead).
+        ``rule`` (one int8 per inner chunk): 1 store, 0 leave out, -1 (or no rule) store unless empty under
+        ``chunk_spec``. ``pool`` encodes the inner chunks in parallel."""
         order = _write_order(self.grid)
 
         def one(coords: tuple[int, ...]) -> bytes | None:
+            decide = -1 if rule is None else int(rule[coords])
+            if decide == 0:
+                return None
             chunk = values[tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True))]
-            return None if _is_empty(chunk, chunk_spec) else self.inner.encode(chunk)
+            return None if decide < 0 and _is_empty(chunk, chunk_spec) else self.inner.encode(chunk)
 
         parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
         present = [p for p in parts if p is not None]
-        if not present:
+        if not present and not keep_index:
             return None
         index = np.full((*self.grid, 2), _MISSING, dtype="<u8")
         position = self.index_nbytes if self.index_at_start else 0
@@ -76,6 +82,35 @@ class ShardEncoder:
         index_bytes = index.tobytes()
         index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
         return b"".join([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
+
+    def outside(self, inside: tuple[int, ...]) -> np.ndarray:
+        """Per inner chunk, whether it lies wholly outside the array, given the shard's ``inside`` extents
+        (elements inside the array per dimension): zarr never stores those, even with write_empty_chunks."""
+        starts = np.ix_(*(np.arange(g) * c for g, c in zip(self.grid, self.chunk_shape, strict=True)))
+        out = np.zeros(self.grid, dtype=bool)
+        for d, first in enumerate(starts):
+            out |= first >= inside[d]
+        return out
+
+    def touched(self, region: tuple[slice, ...]) -> np.ndarray:
+        """Per inner chunk, whether ``region`` (slices into the shard) writes any of its elements."""
+        hit = [np.zeros(g, dtype=bool) for g in self.grid]
+        for h, r, c in zip(hit, region, self.chunk_shape, strict=True):
+            if r.stop > r.start:
+                h[r.start // c:(r.stop - 1) // c + 1] = True
+        out = np.ones(self.grid, dtype=bool)
+        for d, h in enumerate(hit):
+            out &= h.reshape([-1 if i == d else 1 for i in range(len(self.grid))])
+        return out
+
+    def stored_chunks(self, shard: Any) -> np.ndarray:
+        """Per inner chunk, whether the stored ``shard`` (bytes this encoder's format) holds it."""
+        view = memoryview(shard).cast("B")
+        n = self.index_nbytes
+        if len(view) < n:
+            raise ValueError(f"expected a shard of at least {n} bytes (its index). Got {len(view)} bytes.")
+        raw = view[:n - 4] if self.index_at_start else view[len(view) - n:len(view) - 4]
+        return np.frombuffer(raw, dtype="<u8").reshape(*self.grid, 2)[..., 0] != _MISSING
 
 
 def plain_encoder(codecs: Any, dtype: np.dtype) -> PlainEncoder | None:

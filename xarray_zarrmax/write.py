@@ -174,14 +174,16 @@ def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ..
         touched += 1
         key = write.key(part.coords)
         try:
+            inside = tuple(min(s, n - c * s) for c, s, n in zip(part.coords, codec.object_shape, write.shape,
+                                                                  strict=True))
             if part.whole:
-                encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+                encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
                 if encoded is not None:
                     puts[key] = encoded
                 elif not write.fresh:
                     deletes.append(key)  # it may hold older data; a new array has nothing to delete
             else:
-                sink.update(key, _merger(codec, values[part.in_block], part.in_object))
+                sink.update(key, _merger(codec, values[part.in_block], part.in_object, inside))
         except Exception as err:
             err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
             raise
@@ -206,13 +208,13 @@ def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice,
     return out
 
 
-def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...]) -> Any:
+def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], inside: tuple[int, ...]) -> Any:
     def merge(stored: Any) -> bytes | None:
         values = codec.empty() if stored is None else codec.decode(stored)
         values[in_object] = part
         # An object that existed is replaced, even by fill values only: deleting it could not be made
         # conditional, and a concurrent writer's data would be lost.
-        return codec.encode(values, keep_empty=stored is not None)
+        return codec.encode_merged(values, stored, in_object, inside)
 
     return merge
 

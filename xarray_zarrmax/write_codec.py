@@ -69,10 +69,13 @@ class ObjectCodec:
         return (plain_encoder(self.metadata.codecs, self.dtype)
                 or shard_encoder(self.metadata.codecs, self.dtype, self.object_shape))
 
-    def encode(self, values: np.ndarray, *, keep_empty: bool = False) -> bytes | None:
+    def encode(self, values: np.ndarray, *, keep_empty: bool = False,
+               inside: tuple[int, ...] | None = None) -> bytes | None:
         """The stored bytes of an object holding ``values`` (full object shape), or None when, with
         ``write_empty_chunks=False``, it is all fill value and must not be stored. ``keep_empty`` stores it
-        even then (a merge that cleared an object replaces it conditionally rather than deleting it)."""
+        even then (a merge that cleared an object replaces it conditionally rather than deleting it).
+        ``inside``: the object's elements inside the array per dimension (an edge shard's inner chunks wholly
+        outside it are never stored, as zarr leaves them out)."""
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.chunk_utils import chunk_is_empty
 
@@ -85,16 +88,37 @@ class ObjectCodec:
         if isinstance(fast, PlainEncoder):
             return fast.encode(array)
         if isinstance(fast, ShardEncoder):
-            from zarr.core.array_spec import ArraySpec
-
-            from ._loop import decode_pool
-
-            # the inner chunks' spec, as zarr's ShardingCodec derives it from the shard's
-            inner = ArraySpec(shape=fast.chunk_shape, dtype=spec.dtype, fill_value=spec.fill_value,
-                              config=spec.config, prototype=spec.prototype)
-            return fast.encode(array, inner, decode_pool())
+            rule = None if inside is None else np.where(fast.outside(inside), 0, -1).astype(np.int8)
+            return fast.encode(array, self._inner_spec(spec), _pool(), rule=rule, keep_index=keep_empty)
         encoded = self._transform.encode_chunk(nd, spec)
         return None if encoded is None else encoded.to_bytes()
+
+    def encode_merged(self, values: np.ndarray, stored: Any, written: tuple[slice, ...],
+                      inside: tuple[int, ...]) -> bytes | None:
+        """The bytes replacing ``stored`` (None: nothing was stored) once ``written`` (slices into the object)
+        changed, ``values`` being the merged object. As zarr's partial shard writes: inner chunks not written
+        keep what they were (stored or left out), written ones are stored unless empty, chunks wholly outside
+        the array are left out. An object that existed is never deleted (that could not be made conditional
+        and a concurrent writer's data would be lost): with nothing left to store it becomes a shard of only
+        its index, which reads as the fill value, where zarr would delete it."""
+        fast = self._fast
+        if not isinstance(fast, ShardEncoder):
+            return self.encode(values, keep_empty=stored is not None)
+        array = np.ascontiguousarray(values, dtype=self.dtype)
+        before = fast.stored_chunks(stored) if stored is not None else np.zeros(fast.grid, dtype=bool)
+        rule = np.where(fast.touched(written), -1, np.where(before, 1, 0))
+        rule[fast.outside(inside)] = 0
+        return fast.encode(array, self._inner_spec(self.spec()), _pool(), rule=rule.astype(np.int8),
+                           keep_index=stored is not None)
+
+    def _inner_spec(self, spec: Any) -> Any:
+        """The inner chunks' spec, as zarr's ShardingCodec derives it from the shard's."""
+        from zarr.core.array_spec import ArraySpec
+
+        fast = self._fast
+        assert isinstance(fast, ShardEncoder)
+        return ArraySpec(shape=fast.chunk_shape, dtype=spec.dtype, fill_value=spec.fill_value, config=spec.config,
+                         prototype=spec.prototype)
 
     def decode(self, data: Any) -> np.ndarray:
         """The full-shape array a stored object holds (a writable copy)."""
@@ -103,6 +127,12 @@ class ObjectCodec:
         buf = default_buffer_prototype().buffer.from_bytes(bytes(memoryview(data).cast("B")))
         out = self._transform.decode_chunk(buf, self.spec()).as_numpy_array()
         return np.array(out, dtype=self.dtype, copy=True)
+
+
+def _pool() -> Any:
+    from ._loop import decode_pool
+
+    return decode_pool()
 
 
 def object_shape(metadata: Any) -> tuple[int, ...]:
