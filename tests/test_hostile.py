@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -92,6 +93,35 @@ def test_zstd_frame_without_declared_size_reads_like_zarr(tmp_path, n):
 def test_zstd_frame_without_declared_size_that_decodes_too_long(tmp_path, n):
     chunk = _zstd_array(tmp_path / "s.zarr", n)
     chunk.write_bytes(_zstd_frame_without_size(np.arange(2 * n, dtype="i4").tobytes()))
+    with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd could not decode the chunk"):
+        read_all(tmp_path / "s.zarr")
+
+
+@pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
+@pytest.mark.parametrize("case", ["a skippable frame first", "two frames without sizes"])
+def test_zstd_chunks_of_several_frames_read_as_zarr_reads_them(tmp_path, n, case):
+    """numcodecs (zarr's decoder) reads a chunk across frames and skips skippable ones: so must we."""
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    payload = np.arange(n, dtype="i4").tobytes()
+    if case == "a skippable frame first":
+        data = struct.pack("<II", 0x184D2A53, 4) + b"abcd" + chunk.read_bytes()
+    else:
+        half = 4 * (n // 2)
+        data = _zstd_frame_without_size(payload[:half]) + _zstd_frame_without_size(payload[half:])
+    chunk.write_bytes(data)
+    expected = xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False)["v"].values
+    np.testing.assert_array_equal(expected, np.arange(n, dtype="i4"))
+    np.testing.assert_array_equal(read_all(tmp_path / "s.zarr"), expected)
+
+
+@pytest.mark.parametrize("case", ["trailing garbage", "a second whole frame"])
+def test_zstd_chunk_with_bytes_after_its_frame_is_refused(tmp_path, case):
+    """A chunk is all its bytes: what follows a complete frame is corruption (zarr raises too), never ignored."""
+    chunk = _zstd_array(tmp_path / "s.zarr", 10)
+    frame = chunk.read_bytes()
+    chunk.write_bytes(frame + (b"garbage!" if case == "trailing garbage" else frame))
+    with pytest.raises(Exception):  # noqa: B017  # zarr: RuntimeError or ValueError, as numcodecs fails
+        xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False)["v"].values  # noqa: B018
     with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0': zstd could not decode the chunk"):
         read_all(tmp_path / "s.zarr")
 

@@ -74,7 +74,7 @@ class ChunkCodec:
         if compressor == "zstd" and (declared is None or self.nbytes < SMALL_ZSTD_BYTES):
             # Small chunks, and frames that do not say their size (decoding those elsewhere could grow without
             # bound); read-only: callers copy out of it.
-            data = _zstd_bounded(data, self.nbytes, where)
+            data = _zstd_bounded(data, self.nbytes, where, declared)
         elif compressor is not None and declared is not None:
             # Into a buffer of ours: numcodecs holds the GIL while it allocates its own output.
             flat = np.empty(self.nbytes, dtype=np.uint8)
@@ -116,6 +116,9 @@ class ChunkCodec:
 def zstd_content_size(data: Any) -> int | None:
     """The decompressed size a zstd frame header declares, or None when it does not say or is not a zstd
     frame (then decoding it fails and says so)."""
+    head = bytes(memoryview(data).cast("B")[:4])
+    if len(head) == 4 and int.from_bytes(head, "little") & 0xFFFFFFF0 == 0x184D2A50:
+        return None  # a skippable frame first: its "size" is not the chunk's (zstandard reports 0)
     try:
         size = zstandard.frame_content_size(data)
     except zstandard.ZstdError:
@@ -156,15 +159,25 @@ SMALL_ZSTD_BYTES = 128 << 10
 _zstd_contexts = threading.local()  # a decompression context serves one thread at a time
 
 
-def _zstd_bounded(data: Any, nbytes: int, where: str) -> bytes:
-    """One zstd frame decoded with this thread's context, refused once it produces more than ``nbytes``."""
+def _zstd_bounded(data: Any, nbytes: int, where: str, declared: int | None) -> bytes:
+    """A zstd chunk decoded with this thread's context, refused once it produces more than ``nbytes``.
+
+    A chunk is all of its bytes, as numcodecs (zarr's decoder) reads it: bytes after the frame are an error,
+    not ignored (``allow_extra_data=False``). Where the first frame does not declare its size, the chunk may
+    be several frames, or start with a skippable one: those are read across frames, at most ``nbytes + 1``
+    bytes (python-zstandard's one-shot call stops after the first frame without a size and says nothing)."""
     dctx = getattr(_zstd_contexts, "dctx", None)
     if dctx is None:
         dctx = _zstd_contexts.dctx = zstandard.ZstdDecompressor()
     try:
-        return dctx.decompress(data, max_output_size=nbytes)
+        if declared is not None:
+            return dctx.decompress(data, max_output_size=nbytes, allow_extra_data=False)
+        out = dctx.stream_reader(data, read_across_frames=True).read(nbytes + 1)
     except zstandard.ZstdError as err:
         raise CorruptDataError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
+    if len(out) > nbytes:
+        raise CorruptDataError(f"{where}: zstd could not decode the chunk: its frames hold more than {nbytes} bytes")
+    return out
 
 
 _decoders: dict[str, Any] = {}
