@@ -137,3 +137,42 @@ def test_a_chunk_key_that_became_a_directory_reads_as_missing_like_engine_zarr(t
     for sel in (slice(None), slice(1, 3)):  # whole chunk (read into the output when uncompressed), and part
         np.testing.assert_array_equal(ours.v[sel].values, theirs.v[sel].values)
         np.testing.assert_array_equal(ours.v[sel].values, -1.0)  # a missing chunk: the fill value
+
+
+class _CountingPool:
+    """Stands in for the decode pool: runs each job here and counts them."""
+
+    def __init__(self) -> None:
+        self.jobs = 0
+
+    def map(self, fn, batches):  # noqa: ANN001, ANN201
+        batches = list(batches)
+        self.jobs += len(batches)
+        return [fn(b) for b in batches]
+
+
+def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeypatch):
+    # A map through many shards decodes two small chunks per shard: a job per shard (sized as if each shard
+    # were read whole) cost more in hand-offs and GIL contention than the decode. Jobs are about JOB_BYTES of
+    # the chunks decoded; a read decoding less runs in the calling thread.
+    import xarray_zarrmax.fetch as fetch
+
+    values = np.arange(64 * 1000 * 64, dtype="f4").reshape(64, 1000, 64)
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=values.shape, chunks=(8, 1000, 2), shards=(64, 1000, 4), dtype="f4",
+                             dimension_names=["t", "y", "x"], compressors=[ZstdCodec(level=1)])
+    arr[...] = values  # 16 shards of 16 chunks of 64 kB
+    pool = _CountingPool()
+    monkeypatch.setattr(fetch, "decode_pool", lambda: pool)
+    monkeypatch.setattr(fetch, "JOB_BYTES", 200_000)
+    with xarray_zarrmax.set_config(threads=2):
+        ds = _open(tmp_path / "s.zarr")
+        np.testing.assert_array_equal(ds.v[3].values, values[3])  # 16 shards x 2 chunks: 2 MB decoded
+        assert pool.jobs == 11  # not one per shard (16)
+        np.testing.assert_array_equal(ds.v[3, :, :6].values, values[3, :, :6])  # 2 shards, 3 chunks: 192 kB
+        assert pool.jobs == 11  # in this thread
+        np.testing.assert_array_equal(ds.v.values, values)  # every chunk: 82 jobs' worth, one per shard at most
+        assert pool.jobs == 11 + 16
+    with xarray_zarrmax.set_config(threads=1):
+        np.testing.assert_array_equal(_open(tmp_path / "s.zarr").v.values, values)
+        assert pool.jobs == 11 + 16  # one thread: never the pool
