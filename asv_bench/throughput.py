@@ -203,6 +203,7 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         runs[key] = lambda reader=reader: reader(where)
     del expected
     times: dict[str, list[float]] = {k: [] for k in runs}
+    sequence: list[tuple[str, float]] = []  # every timed read in the order run: what came before each one
     order = list(runs.items())
     for i in range(repeat):
         # Each round starts one stack later: a stack can slow the one after it (right after a TensorStore
@@ -214,8 +215,9 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
+            sequence.append((key, times[key][-1]))
     row = {"layout": layout.name, "nbytes": layout.nbytes, "stored": stored, "chunks": len(inp.chunks),
-           "dask_tasks": int(np.prod([len(c) for c in dask_chunks]))}
+           "dask_tasks": int(np.prod([len(c) for c in dask_chunks])), "sequence": sequence}
     row |= {f"{k}_s": statistics.median(v) for k, v in times.items()}
     row["read_then_decode_s"] = row["raw_s"] + row["decode_s"]
     return row
