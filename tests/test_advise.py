@@ -312,14 +312,19 @@ def test_predict_adds_work_per_request_and_per_chunk() -> None:
     assert counts.chunks == 10 * 4 * 5  # every inner chunk of the array, edge chunks included
     assert counts.decoded_bytes == counts.chunks * 4 * 120
     base = Costs(ratio=1.0)
-    extra = predict(counts, Costs(ratio=1.0, request_s=1e-3, chunk_s=1e-4), local_reader()) - predict(
+    extra = predict(counts, Costs(ratio=1.0, request_s=1e-3, chunk_s=1e-4, index_s=1e-2), local_reader()) - predict(
         counts, base, local_reader())
-    assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4)
+    assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4 + counts.index_requests * 1e-2)
+    sparse = count_read(selections("map"), SHAPE, 4, layout, 4 * 120, local_reader())
+    assert sparse.index_requests > 0
+    extra = predict(sparse, Costs(ratio=1.0, index_s=1e-2), local_reader()) - predict(sparse, base, local_reader())
+    assert extra == pytest.approx(sparse.index_requests * 1e-2)
 
 
-def test_probe_reader_measures_work_per_chunk() -> None:
+def test_probe_reader_measures_work_per_chunk_request_and_shard_index() -> None:
     work = probe_reader(np.random.default_rng(0).random(10_000).astype("f4"), chunks=256)
-    assert 0 <= work < 0.01
+    # Each is real work on this machine (microseconds, never nothing) and far below a millisecond.
+    assert 0 < work.chunk_s < 1e-3 and 0 < work.request_s < 1e-3 and 0 < work.index_s < 1e-3
 
 
 def test_probe_reader_refuses_an_empty_sample() -> None:

@@ -133,7 +133,7 @@ class AdviceReport:
             f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
             f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread, "
             f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
-            f"work per request, {c.chunk_s * 1e6:.0f} us per chunk",
+            f"work per request, {c.index_s * 1e6:.0f} us per shard index, {c.chunk_s * 1e6:.0f} us per chunk",
             f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
         ]
         names = list(self.patterns)
@@ -446,8 +446,11 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
             local = probed.local
         sample = _sample(var)
         decoder = probe_decoder(sample)
+        work = probe_reader(sample)
+        # A request costs the store's work (remote: the server's and the client library's, overlapped) and our
+        # reader's (on a local store, where nothing overlaps, nearly all of it).
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
-                      request_s=base.request_s, chunk_s=probe_reader(sample))
+                      request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

@@ -9,8 +9,8 @@ coalesced within ``coalesce_gap``. Counts come from `layout.plan_reads` run on e
 whose per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs
 as many simulated objects as there are distinct footprints (a handful), not millions.
 
-Time is then ``round_trips * latency + requests * request_s + chunks * chunk_s + bytes / bandwidth +
-decoded_bytes / decode_rate``: see `predict`.
+Time is then ``round_trips * latency + requests * request_s + index_requests * index_s + chunks * chunk_s +
+bytes / bandwidth + decoded_bytes / decode_rate``: see `predict`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .fetch import JOB_BYTES
 from .layout import Axis, Selection, plan_reads, task_chunks
 
 
@@ -83,6 +84,7 @@ class Costs:
     request_s: float = 0.0  # work per request that does not overlap (client, and server and proxy where they
     #                         share the cores): the wall time of many tiny requests at once, per request
     chunk_s: float = 0.0  # our reader's fixed work per inner chunk (hand-off, decode call, placement), wall
+    index_s: float = 0.0  # our reader's work per shard read through its index (parse, check, coalesce), wall
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,17 +300,19 @@ def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Seq
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
-    """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``) and
-    every inner chunk the reader's (``chunk_s``), both probed as wall time with many at once; the bytes stream
-    at the smaller of what the requests in flight and the store as a whole deliver; decoding runs on
-    ``threads`` threads alongside."""
+    """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``),
+    every shard index read the reader's parse (``index_s``) and every inner chunk the reader's work
+    (``chunk_s``), all probed as wall time with many at once; the bytes stream at the smaller of what the
+    requests in flight and the store as a whole deliver; decoding runs on ``threads`` threads alongside (one
+    for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in the calling thread)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
+    threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
     return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s
-            + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
-            + counts.decoded_bytes / (costs.decode_bps * max(reader.threads, 1)))
+            + counts.index_requests * costs.index_s + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
+            + counts.decoded_bytes / (costs.decode_bps * threads))
 
 
 def task_memory(shape: Sequence[int], layout: Layout, itemsize: int, ratio: float, task_bytes: int) -> int:

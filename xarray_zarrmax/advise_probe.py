@@ -6,7 +6,8 @@ of one request when many are in flight (``many`` tiny GETs at once, less one lat
 throughput of one request stream (a large GET, less its latency) and the aggregate throughput (``parallel``
 large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what our writer uses by
 default) and times its decode: the compression ratio and decoded bytes per second per thread. The reader
-probe times our own reader on a sample stored in many small chunks and in one: its fixed work per chunk.
+probe times our own reader on local copies of a sample: its fixed work per inner chunk, per request and per
+shard read through its index (see `ReaderProbe`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ class StoreProbe:
     aggregate_bps: float
     local: bool
     request_s: float = 0.0  # wall time per request of many tiny ones at once, beyond one latency
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderProbe:
+    """Our reader's fixed work, in seconds of wall time, measured on local files (no latency to hide it).
+
+    ``chunk_s``: per inner chunk decoded (hand-off, decode call, placement). ``request_s``: per object read
+    whole, beyond its chunk (open, read, version checks, planning): on a local store this is the cost of a
+    request, paid one after the other. ``index_s``: per shard read through its index, beyond its two
+    requests and its chunk (parse and check the index, coalesce, slice): paid on any store.
+    """
+
+    chunk_s: float
+    request_s: float
+    index_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,12 +226,15 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> De
     return DecoderProbe(raw.nbytes / max(best, 1e-9), len(encoded) / raw.nbytes)
 
 
-def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 2048, repeats: int = 3) -> float:
-    """Our reader's fixed work per inner chunk, in seconds of wall time: the sample's first
-    ``chunks * chunk_elements`` values written to a temporary directory twice with zstd, as one shard of
-    ``chunks`` small chunks and as one chunk, each read whole with ``engine="zarrmax"`` (best of ``repeats``
-    fresh opens; the open is not timed); the difference per chunk beyond the first."""
+def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 512,
+                 repeats: int = 3) -> ReaderProbe:
+    """Our reader's fixed work (`ReaderProbe`): the sample's first ``chunks * chunk_elements`` values written
+    with zstd to a temporary directory four times and read with ``engine="zarrmax"`` (best of ``repeats``
+    fresh opens; the open is not timed): as one chunk; as one shard of ``chunks`` chunks read whole; as
+    ``chunks`` unsharded objects read whole; as ``chunks`` shards of 8 chunks, one chunk read from each. The
+    differences per chunk, per object and per shard beyond the first give the three costs."""
     import tempfile
+    import warnings
 
     import xarray as xr
     import zarr
@@ -225,18 +244,32 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
     if np.size(sample) == 0:  # np.resize would repeat nothing into zeros and time those
         raise ValueError("expected a non-empty sample of the variable to probe the reader. Got 0 elements.")
     flat = np.resize(np.ascontiguousarray(sample).reshape(-1), n)
+    per_shard = 8  # writing 512 shards of 64 chunks took zarr-python 16 s; of 8, 2 s
+    # name: (array length, inner chunk, shard, what is read)
+    cases = {
+        "one": (n, n, None, slice(None)),
+        "many": (n, chunk_elements, n, slice(None)),
+        "objects": (n, chunk_elements, None, slice(None)),
+        "sparse": (n * per_shard, chunk_elements, chunk_elements * per_shard,
+                   slice(None, None, chunk_elements * per_shard)),
+    }
     with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
         best = {}
-        for name, inner, shard in (("many", chunk_elements, n), ("one", n, None)):
+        for name, (length, inner, shard, selection) in cases.items():
             group = zarr.open_group(f"{root}/{name}", mode="w", zarr_format=3)
-            arr = group.create_array("v", shape=(n,), dtype=flat.dtype, chunks=(inner,),
+            arr = group.create_array("v", shape=(length,), dtype=flat.dtype, chunks=(inner,),
                                      shards=None if shard is None else (shard,), compressors=[ZstdCodec(level=3)],
                                      dimension_names=["i"])
-            arr[...] = flat
+            arr[...] = np.resize(flat, length)
             best[name] = float("inf")
             for _ in range(repeats):
-                ds = xr.open_dataset(f"{root}/{name}", engine="zarrmax", chunks=None)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # no consolidated metadata here: the warning says so
+                    ds = xr.open_dataset(f"{root}/{name}", engine="zarrmax", chunks=None)
                 t0 = time.perf_counter()
-                ds["v"].values  # noqa: B018  # the read is the point
+                ds["v"][selection].values  # noqa: B018  # the read is the point
                 best[name] = min(best[name], time.perf_counter() - t0)
-    return max(0.0, (best["many"] - best["one"]) / (chunks - 1))
+    chunk_s = max(0.0, (best["many"] - best["one"]) / (chunks - 1))
+    request_s = max(0.0, (best["objects"] - best["one"]) / (chunks - 1) - chunk_s)
+    index_s = max(0.0, (best["sparse"] - best["one"]) / (chunks - 1) - chunk_s - 2 * request_s)
+    return ReaderProbe(chunk_s, request_s, index_s)
