@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import textwrap
@@ -205,11 +206,14 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     times: dict[str, list[float]] = {k: [] for k in runs}
     sequence: list[tuple[str, float]] = []  # every timed read in the order run: what came before each one
     order = list(runs.items())
-    for i in range(repeat):
-        # Each round starts one stack later: a stack can slow the one after it (right after a TensorStore
-        # read, zarrmax's next read ran at 0.94 GB/s instead of 2.3 GB/s here, page cache intact, no CPU
-        # left busy), so no stack always follows the same one.
-        for key, fn in order[i % len(order):] + order[:i % len(order)]:
+    shuffle = random.Random(len(order) * 1000 + repeat).shuffle  # the same orders in every run
+    for _ in range(repeat):
+        # A fresh order each round: a stack can slow the one after it (right after a TensorStore read,
+        # zarrmax's next read ran at 0.94 GB/s instead of 2.3 GB/s here, page cache intact, no CPU left busy).
+        # Rotating one order, as this did before, kept every stack's neighbour: zarrmax followed TensorStore in
+        # every round of every row ("sequence" in the JSON shows what came before each read).
+        shuffle(order)
+        for key, fn in order:
             if warm:
                 warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
             start = time.perf_counter()
@@ -321,7 +325,8 @@ def _format_row(r: dict[str, Any], stacks: list[tuple[str, str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]], args: Any, stacks: list[tuple[str, str, Any]]) -> str:
     head = (
-        f"Full read of each array ({args.mib} MiB), median of {args.repeat} interleaved rounds. GB/s of decoded "
+        f"Full read of each array ({args.mib} MiB), median of {args.repeat} interleaved rounds (the stacks in a "
+        "new order each round). GB/s of decoded "
         "output (the raw ceiling: of stored bytes). \"read then decode\": raw time + decode-ceiling time. The "
         "last three columns are ratios of time: zarrmax against read-then-decode (target >= 0.9x), against the "
         "fastest peer (> 1x: zarrmax is faster), and zarrmax with dask against zarrmax without (target >= 0.85x)."

@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -257,8 +258,12 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
     ds = dataset(layout, data)
     objects = reference(layout, data, target.tmp)
     times: dict[str, list[float]] = {s: [] for s in STACKS}
+    order = list(STACKS)
+    shuffle = random.Random(layout_index).shuffle  # the same orders in every run
     for round_ in range(args.repeat + 1):  # round 0: warm-up, and the one read-back check per stack
-        for stack in STACKS:
+        if round_:
+            shuffle(order)  # a new order each timed round: a stack can slow the one after it
+        for stack in order:
             where = target.fresh(stack)
             warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
             start = time.perf_counter()
