@@ -172,6 +172,15 @@ SMALL_ZSTD_BYTES = 128 << 10
 _zstd_contexts = threading.local()  # a decompression context serves one thread at a time
 
 
+def _thread_dctx() -> Any:
+    """This thread's zstd decompression context (one serves one thread at a time; making one per call cost
+    as much as decoding a small chunk)."""
+    dctx = getattr(_zstd_contexts, "dctx", None)
+    if dctx is None:
+        dctx = _zstd_contexts.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
 def _small_zstd(raw: Any, nbytes: int) -> bytes | None:
     """The common case of a small zstd chunk, with no Python around the zstd call but what it needs (about
     6 us a chunk of the 20 the general path takes for 15 KB): one frame that declares exactly ``nbytes`` and
@@ -180,10 +189,7 @@ def _small_zstd(raw: Any, nbytes: int) -> bytes | None:
     try:
         if zstandard.frame_content_size(raw) != nbytes:
             return None
-        dctx = getattr(_zstd_contexts, "dctx", None)
-        if dctx is None:
-            dctx = _zstd_contexts.dctx = zstandard.ZstdDecompressor()
-        data = dctx.decompress(raw, max_output_size=nbytes, allow_extra_data=False)
+        data = _thread_dctx().decompress(raw, max_output_size=nbytes, allow_extra_data=False)
     except zstandard.ZstdError:
         return None
     return data if len(data) == nbytes else None
@@ -196,9 +202,7 @@ def _zstd_bounded(data: Any, nbytes: int, where: str, declared: int | None) -> b
     not ignored (``allow_extra_data=False``). Where the first frame does not declare its size, the chunk may
     be several frames, or start with a skippable one: those are read across frames, at most ``nbytes + 1``
     bytes (python-zstandard's one-shot call stops after the first frame without a size and says nothing)."""
-    dctx = getattr(_zstd_contexts, "dctx", None)
-    if dctx is None:
-        dctx = _zstd_contexts.dctx = zstandard.ZstdDecompressor()
+    dctx = _thread_dctx()
     try:
         if declared is not None:
             return dctx.decompress(data, max_output_size=nbytes, allow_extra_data=False)
