@@ -169,7 +169,7 @@ def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.chunk_utils import encode_or_elide_chunk
 
-    from xarray_zarrmax.shard_encode import ShardEncoder
+    from xarray_zarrmax.shard_encode import Pieces, ShardEncoder
     from xarray_zarrmax.write_codec import ObjectCodec
 
     np_dtype = np.dtype(dtype)
@@ -193,7 +193,12 @@ def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int
     spec = codec.spec(True if keep_empty else None)
     nd = default_buffer_prototype().nd_buffer.from_numpy_array(values)
     expected = encode_or_elide_chunk(nd, spec, codec._transform.encode_chunk)
-    assert codec.encode(values, keep_empty=keep_empty) == (None if expected is None else expected.to_bytes())
+    got = codec.encode(values, keep_empty=keep_empty)
+    if expected is None:
+        assert got is None
+    else:
+        assert isinstance(got, Pieces)  # written as its parts, never joined on the way to the sink
+        assert bytes(got) == expected.to_bytes()
 
 
 @pytest.mark.parametrize("compressors", [None, "zstd"])
@@ -279,6 +284,26 @@ def test_metadata_in_one_batch_then_one_put_per_shard(where: dict[str, Any]) -> 
     assert sorted(k for k in puts if k.endswith("zarr.json")) == sorted(documents)
     assert all(k.endswith("zarr.json") for k in puts[:len(documents)])  # all metadata first, then data
     check_reads(where["read"], sample(), **where["kwargs"])
+
+
+def test_shards_reach_the_store_in_parts_never_joined(where: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard goes to the store as its encoded chunks and index, never joined into one new buffer (a copy of
+    the whole shard into fresh memory: docs/performance-analysis.md). Region writes included: their merged
+    shards go by conditional PUT, also in parts."""
+    from xarray_zarrmax.shard_encode import Pieces
+
+    def refuse(self: Pieces) -> bytes:
+        raise AssertionError("a shard was joined on its way to the store")
+
+    monkeypatch.setattr(Pieces, "__bytes__", refuse)
+    ds = sample().chunk({"time": 8})
+    write(where, ds, encoding={"temp": SHARDED}, consolidated=False)
+    write(where, sample(4, t0=5).drop_vars(["y", "x", "station", "flag"]).chunk({"time": 4}),
+          region={"time": slice(5, 9)}, consolidated=False)
+    expected = sample()
+    expected["temp"][5:9] = sample(4, t0=5)["temp"].values
+    expected["count"][5:9] = sample(4, t0=5)["count"].values
+    check_reads(where["read"], expected, **where["kwargs"])
 
 
 def test_one_dask_task_per_shard(tmp_path: Path) -> None:

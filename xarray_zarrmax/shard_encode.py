@@ -13,6 +13,7 @@ of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,6 +23,43 @@ import numpy as np
 
 #: the index entry of a chunk not stored (offset and length)
 _MISSING = 2**64 - 1
+
+
+class Pieces:
+    """The bytes of one stored object as consecutive parts (a shard's chunks and its index), kept apart so a
+    sink writes them as they are: a file write per part, or one PUT whose body is the list. Joining them would
+    copy the shard into a new buffer of its size, and faulting in those fresh pages cost more CPU than the
+    zstd that made them (docs/performance-analysis.md, "Shards written without joining their chunks").
+    ``bytes(pieces)`` joins, for a consumer that needs one buffer."""
+
+    __slots__ = ("nbytes", "parts")
+
+    def __init__(self, parts: Sequence[bytes]) -> None:
+        self.parts = tuple(parts)
+        self.nbytes = sum(len(p) for p in self.parts)
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __repr__(self) -> str:
+        return f"Pieces({len(self.parts)} parts, {self.nbytes} bytes)"
+
+
+#: What an encoder returns for one stored object: its bytes, whole or in parts.
+Encoded = bytes | Pieces
+
+
+def joined(data: Encoded) -> bytes:
+    """``data`` as one bytes object (a copy only when it is in parts)."""
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+def parts_of(data: Encoded) -> tuple[bytes, ...]:
+    """``data``'s parts, in order: itself when it is whole."""
+    return data.parts if isinstance(data, Pieces) else (data,)
 
 
 @dataclass(frozen=True)
@@ -55,9 +93,10 @@ class ShardEncoder:
         return 16 * math.prod(self.grid) + 4
 
     def encode(self, values: np.ndarray, chunk_spec: Any, pool: Executor | None, *,
-               rule: np.ndarray | None = None, keep_index: bool = False) -> bytes | None:
-        """The shard's bytes, or None when no inner chunk is stored (zarr then stores no shard; with
-        ``keep_index``, a shard of only its index, which reads as the fill value, is returned instead).
+               rule: np.ndarray | None = None, keep_index: bool = False) -> Pieces | None:
+        """The shard's bytes (in parts: its chunks and its index), or None when no inner chunk is stored (zarr
+        then stores no shard; with ``keep_index``, a shard of only its index, which reads as the fill value, is
+        returned instead).
         ``rule`` (one int8 per inner chunk): 1 store, 0 leave out, -1 (or no rule) store unless empty under
         ``chunk_spec``. ``pool`` encodes the inner chunks in parallel."""
         order = _write_order(self.grid)
@@ -81,7 +120,7 @@ class ShardEncoder:
                 position += len(part)
         index_bytes = index.tobytes()
         index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
-        return b"".join([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
+        return Pieces([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
 
     def outside(self, inside: tuple[int, ...]) -> np.ndarray:
         """Per inner chunk, whether it lies wholly outside the array, given the shard's ``inside`` extents

@@ -33,7 +33,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +41,7 @@ from . import accounting
 from ._loop import gather_or_cancel, run_sync
 from .config import get_config
 from .errors import StoreAccessError
+from .shard_encode import Encoded, Pieces, joined, parts_of
 from .stores import (
     Buffer,
     ByteSource,
@@ -56,7 +57,7 @@ from .stores import (
 
 #: A merge: the stored bytes (None: no object) -> the bytes to store (None: store nothing; only allowed
 #: when there was no object, since a missing object cannot be deleted conditionally).
-Merge = Callable[[Buffer | None], bytes | None]
+Merge = Callable[[Buffer | None], Encoded | None]
 
 #: Most attempts of one read-merge-write that keeps losing to other writers, and the longest pause between
 #: two; with N writers contending for one object, at least one wins each round, so N rounds suffice.
@@ -80,7 +81,7 @@ class Sink:
     label: str
     source: ByteSource  # reads the same objects
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Encoded) -> None:
         raise NotImplementedError
 
     def delete(self, key: str) -> None:
@@ -90,7 +91,7 @@ class Sink:
         """Replace the object at ``key`` by ``merge(stored bytes)``, without losing a concurrent update."""
         raise NotImplementedError
 
-    def put_many(self, objects: dict[str, bytes]) -> None:
+    def put_many(self, objects: Mapping[str, Encoded]) -> None:
         """Write every object at once (one concurrent batch where the store allows)."""
         raise NotImplementedError
 
@@ -137,21 +138,25 @@ class LocalSink(Sink):
         every write of a directory in one line (all chunk files of a 1-D array). ``flock`` locks belong to the
         open file, so threads of one process exclude each other as processes do."""
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY)
+        try:
+            fd = os.open(directory, os.O_RDONLY)
+        except FileNotFoundError:  # the first object of its directory: makedirs only then (it stats every level)
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(directory, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             os.close(fd)  # releases the lock
 
-    def _replace(self, path: str, data: bytes) -> None:
+    def _replace(self, path: str, data: Encoded) -> None:
         """Write beside ``path`` and rename over it: readers see the old object or the new one, never part."""
         directory, name = os.path.split(path)
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.zarrmax-tmp")
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                for part in parts_of(data):  # a part larger than the buffer goes straight to write(2)
+                    f.write(part)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -169,7 +174,7 @@ class LocalSink(Sink):
             err.add_note(f"while {what} {key!r} in {self.label}")
             raise
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Encoded) -> None:
         path = self._path(key)
         with self._naming("writing", key), self._locked(path, exclusive=False):
             self._replace(path, data)
@@ -196,7 +201,7 @@ class LocalSink(Sink):
             self._replace(path, new)
         accounting.record(self.label, "put", key, len(new))
 
-    def put_many(self, objects: dict[str, bytes]) -> None:
+    def put_many(self, objects: Mapping[str, Encoded]) -> None:
         for key, data in objects.items():  # local writes are fast and ordered; no loop needed
             self.put(key, data)
 
@@ -225,7 +230,7 @@ class ObstoreSink(Sink):
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObstoreSink, (self.source,))
 
-    async def put_async(self, key: str, data: bytes, mode: Any = None) -> None:
+    async def put_async(self, key: str, data: Encoded, mode: Any = None) -> None:
         """One PUT, or a multipart upload for an unconditional one larger than ``config.multipart_threshold``
         (parts of ``config.split_size``, at least `MIN_PART_SIZE`, `PART_CONCURRENCY` at once, all under the
         one request slot of this call). Both are atomic: a multipart object appears only when completed.
@@ -236,6 +241,7 @@ class ObstoreSink(Sink):
         obstore retries what it deems safe to; an unconditional PUT that still fails on a transient error
         (the connection broke after the request was sent) is sent again here, up to ``config.retries`` times:
         the same bytes twice are the same object. A conditional one is not: `update` reads and merges again.
+        An object in `Pieces` goes as the list of its parts, which obstore sends without joining them.
         """
         import obstore
 
@@ -251,7 +257,8 @@ class ObstoreSink(Sink):
         for attempt in range(retries + 1):
             accounting.record(self.label, "put", key, len(data))
             try:
-                await self.source._call("PUT", key, obstore.put_async, key, data, **kwargs)
+                body = list(data.parts) if isinstance(data, Pieces) else data
+                await self.source._call("PUT", key, obstore.put_async, key, body, **kwargs)
                 return
             except RequestFailed as err:
                 if attempt == retries or not _is_transient(err):
@@ -268,7 +275,7 @@ class ObstoreSink(Sink):
             pass
         accounting.record(self.label, "delete", key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Encoded) -> None:
         run_sync(self.put_async(key, data))
 
     def delete(self, key: str) -> None:
@@ -299,7 +306,7 @@ class ObstoreSink(Sink):
         raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MAX_ATTEMPTS} attempts in a row lost "
                                "to concurrent writers of the same object")
 
-    def put_many(self, objects: dict[str, bytes]) -> None:
+    def put_many(self, objects: Mapping[str, Encoded]) -> None:
         run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
 
     def delete_prefix(self, prefix: str) -> None:
@@ -354,14 +361,14 @@ class IcechunkSink(Sink):
         return StoreAccessError(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
                                 f"{_first_line(err, self.source._secrets)}")
 
-    async def put_async(self, key: str, data: bytes) -> None:
+    async def put_async(self, key: str, data: Encoded) -> None:
         from zarr.core.buffer import default_buffer_prototype
 
         _checked_key(self.source, key)
         accounting.record(self.label, "put", key, len(data))
         failure = None
         try:
-            await self.session.store.set(key, default_buffer_prototype().buffer.from_bytes(data))
+            await self.session.store.set(key, default_buffer_prototype().buffer.from_bytes(joined(data)))
         except Exception as err:
             failure = self._failure("SET", key, err)
         if failure is not None:
@@ -383,7 +390,7 @@ class IcechunkSink(Sink):
             raise failure
         accounting.record(self.label, "delete", key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: Encoded) -> None:
         run_sync(self.put_async(key, data))
 
     def delete(self, key: str) -> None:
@@ -392,7 +399,7 @@ class IcechunkSink(Sink):
     def delete_prefix(self, prefix: str) -> None:
         run_sync(self._delete_async(prefix, prefix=True))
 
-    def put_many(self, objects: dict[str, bytes]) -> None:
+    def put_many(self, objects: Mapping[str, Encoded]) -> None:
         run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
 
     def update(self, key: str, merge: Merge) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._loop import gather_or_cancel, run_sync
+from .shard_encode import Encoded
 from .sinks import Sink, resolve_sink
 from .write_codec import ObjectCodec
 from .write_plan import aligned_chunks, check_aligned, objects_for_block
@@ -167,7 +168,7 @@ def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ..
     covers in part by a conditional read-merge-write. Returns the number of objects touched."""
     values = np.asarray(block, dtype=write.codec.dtype)
     codec = write.codec
-    puts: dict[str, bytes] = {}
+    puts: dict[str, Encoded] = {}
     deletes: list[str] = []
     touched = 0
     for part in objects_for_block(write.shape, codec.object_shape, start, values.shape):
@@ -209,7 +210,7 @@ def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice,
 
 
 def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], inside: tuple[int, ...]) -> Any:
-    def merge(stored: Any) -> bytes | None:
+    def merge(stored: Any) -> Encoded | None:
         values = codec.empty() if stored is None else codec.decode(stored)
         values[in_object] = part
         # An object that existed is replaced, even by fill values only: deleting it could not be made

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import MetadataError
-from .shard_encode import PlainEncoder, ShardEncoder, plain_encoder, shard_encoder
+from .shard_encode import Encoded, PlainEncoder, ShardEncoder, plain_encoder, shard_encoder
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class ObjectCodec:
                 or shard_encoder(self.metadata.codecs, self.dtype, self.object_shape))
 
     def encode(self, values: np.ndarray, *, keep_empty: bool = False,
-               inside: tuple[int, ...] | None = None) -> bytes | None:
-        """The stored bytes of an object holding ``values`` (full object shape), or None when, with
+               inside: tuple[int, ...] | None = None) -> Encoded | None:
+        """The stored bytes of an object holding ``values`` (full object shape; a shard's in parts), or None when, with
         ``write_empty_chunks=False``, it is all fill value and must not be stored. ``keep_empty`` stores it
         even then (a merge that cleared an object replaces it conditionally rather than deleting it).
         ``inside``: the object's elements inside the array per dimension (an edge shard's inner chunks wholly
@@ -94,7 +94,7 @@ class ObjectCodec:
         return None if encoded is None else encoded.to_bytes()
 
     def encode_merged(self, values: np.ndarray, stored: Any, written: tuple[slice, ...],
-                      inside: tuple[int, ...]) -> bytes | None:
+                      inside: tuple[int, ...]) -> Encoded | None:
         """The bytes replacing ``stored`` (None: nothing was stored) once ``written`` (slices into the object)
         changed, ``values`` being the merged object. As zarr's partial shard writes: inner chunks not written
         keep what they were (stored or left out), written ones are stored unless empty, chunks wholly outside
