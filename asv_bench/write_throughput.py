@@ -26,6 +26,12 @@ source data, and for ``put`` the encoded objects), as a multiple of the array's 
 Ratios are of time: ``zarrmax / ceiling`` is the slower ceiling's time over zarrmax's (1.0: as fast as the
 binding limit, PUT or encode), ``zarrmax / to_zarr`` is to_zarr's time over zarrmax's (above 1: zarrmax
 faster). GB/s are of the array's decoded size, but for ``put``: of the stored bytes.
+
+A second table says where the cores go: the CPU time (user + system) of each stack's write, this process's
+and, on MinIO, the server's (it runs on the same cores). Each ceiling is measured alone with every core; a
+write needs both stages' work, so on few cores it cannot beat the *shared-cores bound*: the two ceilings' CPU
+time added, over the cores (and never less than either ceiling's time). ``zarrmax / encode-then-put`` is the
+two ceilings' times added over zarrmax's, as the read table's read-then-decode.
 """
 
 from __future__ import annotations
@@ -80,8 +86,22 @@ def encoding(layout: Layout) -> dict[str, Any]:
 class Target:
     """Fresh places to write on one store kind ("local" or "minio"), and how each stack writes there."""
 
-    def __init__(self, kind: str, tmp: Path, minio: dict[str, Any] | None, workers: int) -> None:
+    def __init__(self, kind: str, tmp: Path, minio: dict[str, Any] | None, workers: int,
+                 server_pid: int | None = None) -> None:
         self.kind, self.tmp, self.minio, self.workers = kind, tmp, minio, workers
+        self.server_pid = server_pid  # MinIO's process, whose CPU time counts too: it shares these cores
+
+    def cpu_seconds(self) -> tuple[float, float]:
+        """CPU time used so far (user + system): by this process, and by the MinIO server (0 locally)."""
+        import resource
+
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        server = 0.0
+        if self.server_pid is not None:
+            with open(f"/proc/{self.server_pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        return me.ru_utime + me.ru_stime, server
 
     def fresh(self, stack: str) -> str:
         name = f"{stack}-{uuid.uuid4().hex[:8]}.zarr"
@@ -258,6 +278,7 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
     ds = dataset(layout, data)
     objects = reference(layout, data, target.tmp)
     times: dict[str, list[float]] = {s: [] for s in STACKS}
+    cpu: dict[str, list[tuple[float, float]]] = {s: [] for s in STACKS}  # (this process, MinIO) per write
     order = list(STACKS)
     shuffle = random.Random(layout_index).shuffle  # the same orders in every run
     for round_ in range(args.repeat + 1):  # round 0: warm-up, and the one read-back check per stack
@@ -266,18 +287,23 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
         for stack in order:
             where = target.fresh(stack)
             warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
+            cpu_before = target.cpu_seconds()
             start = time.perf_counter()
             result = target.write(stack, where, ds, data, layout, objects)
             elapsed = time.perf_counter() - start
+            cpu_after = target.cpu_seconds()
             if round_ == 0:
                 if stack == "encode":
+                    from xarray_zarrmax.shard_encode import joined
+
                     expected = {k: v for k, v in objects.items() if not k.endswith("zarr.json")}
-                    if result != expected:
+                    if {k: joined(v) for k, v in result.items()} != expected:
                         raise AssertionError(f"{layout.name}: the encode ceiling's objects differ from the stored ones")
                 else:
                     target.check(where, data)
             else:
                 times[stack].append(elapsed)
+                cpu[stack].append((cpu_after[0] - cpu_before[0], cpu_after[1] - cpu_before[1]))
             if stack != "encode":
                 target.remove(where)
     row: dict[str, Any] = {"layout": layout.name, "store": target.kind, "nbytes": layout.nbytes,
@@ -285,6 +311,9 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
                            "objects": len(objects)}
     for stack in STACKS:
         row[f"{stack}_s"] = float(np.median(times[stack]))
+        row[f"{stack}_cpu_s"] = float(np.median([c for c, _ in cpu[stack]]))
+        row[f"{stack}_server_cpu_s"] = float(np.median([m for _, m in cpu[stack]]))
+    row["cores"] = os.cpu_count() or 1
     if args.peakmem and os.path.exists("/proc/self/status"):
         reference_dir = target.tmp / f"reference-{layout_index}.zarr"
         for key, value in objects.items():
@@ -322,6 +351,34 @@ def table(rows: list[dict[str, Any]], args: Any) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     return "\n".join([head] + [format_row(r) for r in rows])
+
+
+def cpu_bound_s(r: dict[str, Any]) -> float:
+    """The shortest a write can take when its two stages share the cores: the CPU time of the PUT ceiling (this
+    process and MinIO's) plus the encode ceiling's, over the cores, and never less than either ceiling."""
+    work = r["put_cpu_s"] + r["put_server_cpu_s"] + r["encode_cpu_s"] + r["encode_server_cpu_s"]
+    return max(r["put_s"], r["encode_s"], work / r["cores"])
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    """Where the cores go: CPU seconds of each stack's write (this process + MinIO's), and zarrmax against the
+    bound both stages set when they share the cores (`cpu_bound_s`), and against encode-then-put (their times
+    added, as the read table's read-then-decode)."""
+    head = ("| layout | store | put CPU s | encode CPU s | to_zarr CPU s | zarrmax CPU s | shared-cores bound s "
+            "| zarrmax s | zarrmax / shared-cores bound | zarrmax / encode-then-put |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
+
+    def cell(r: dict[str, Any], stack: str) -> str:
+        me, server = r[f"{stack}_cpu_s"], r[f"{stack}_server_cpu_s"]
+        return f"{me:.2f}" + (f" + {server:.2f}" if r["store"] != "local" else "")
+
+    lines = [head]
+    for r in rows:
+        bound = cpu_bound_s(r)
+        lines.append(f"| {r['layout']} | {r['store']} | {cell(r, 'put')} | {cell(r, 'encode')} | {cell(r, 'to_zarr')} "
+                     f"| {cell(r, 'zarrmax')} | {bound:.3f} | {r['zarrmax_s']:.3f} | {bound / r['zarrmax_s']:.2f}x "
+                     f"| {(r['put_s'] + r['encode_s']) / r['zarrmax_s']:.2f}x |")
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -384,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         for index, layout in chosen:
             for kind in stores:
                 options = None if minio is None or kind == "local" else minio.storage_options()
-                row = measure(layout, index, Target(kind, tmp, options, args.workers), args)
+                pid = None if minio is None or kind == "local" else minio.proc.pid
+                row = measure(layout, index, Target(kind, tmp, options, args.workers, pid), args)
                 rows.append(row)
                 print(format_row(row), file=sys.stderr, flush=True)
     finally:
@@ -393,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(table(rows, args))
+    print()
+    print(cpu_table(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
