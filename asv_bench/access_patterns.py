@@ -900,6 +900,7 @@ def report(result: Mapping[str, Any]) -> str:
         out.append(f"- {s}: probed latency {c['latency_s'] * 1e3:.3g} ms, {c['request_bps'] / 1e6:.0f} MB/s per "
                    f"request, {c['aggregate_bps'] / 1e6:.0f} MB/s in all; zstd {c['decode_bps'] / 1e6:.0f} MB/s "
                    f"per thread, ratio {c['ratio']:.2f}; work {c['request_s'] * 1e6:.0f} us per request, "
+                   f"{c.get('connect_s', 0.0) * 1e6:.0f} us per connection opened, "
                    f"{c.get('index_s', 0.0) * 1e6:.0f} us per shard index, {c['chunk_s'] * 1e6:.0f} us per chunk")
     out.append("")
     out.append("Spearman rank correlation of predicted and measured seconds across layouts (target >= 0.9):")

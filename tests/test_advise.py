@@ -153,6 +153,7 @@ def test_probe_store_on_minio_cleans_up(minio: Any, bucket: str) -> None:
 
     probe = probe_store(f"s3://{bucket}/scratch", minio.storage_options(), large=2**20)
     assert not probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
+    assert 0 <= probe.connect_s < 0.1 and 0 <= probe.request_s < 0.1
     assert list(obstore.list(minio.obstore(bucket, "scratch")).collect()) == []
 
 
@@ -291,7 +292,7 @@ def test_probe_store_measures_and_cleans_up(tmp_path: Path) -> None:
     steps: list[tuple[int, int, str]] = []
     probe = probe_store(str(tmp_path), large=2**20, progress=lambda d, t, w: steps.append((d, t, w)))
     assert probe.local and probe.latency_s > 0 and probe.aggregate_bps >= probe.request_bps > 0
-    assert probe.request_s >= 0
+    assert probe.request_s >= 0 and probe.connect_s == 0  # no connections to a directory
     assert list(tmp_path.iterdir()) == []
     assert [d for d, _, _ in steps] == list(range(1, steps[0][1] + 1))
 
@@ -306,7 +307,8 @@ def test_advise_probes_the_store_with_a_progress_bar(tmp_path: Path, capsys: pyt
 
 
 def test_predict_adds_work_per_request_and_per_chunk() -> None:
-    """The work per request and per inner chunk is paid once per request and per chunk decoded."""
+    """The work per request and per inner chunk is paid once per request and per chunk decoded; a connection
+    once per request in flight."""
     layout = Layout((4, 5, 6), (16, 10, 12))
     counts = count_read(selections("full-scan"), SHAPE, 4, layout, 4 * 120, local_reader())
     assert counts.chunks == 10 * 4 * 5  # every inner chunk of the array, edge chunks included
@@ -315,6 +317,9 @@ def test_predict_adds_work_per_request_and_per_chunk() -> None:
     extra = predict(counts, Costs(ratio=1.0, request_s=1e-3, chunk_s=1e-4, index_s=1e-2), local_reader()) - predict(
         counts, base, local_reader())
     assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4 + counts.index_requests * 1e-2)
+    remote = Reader(concurrency=16)
+    extra = predict(counts, Costs(ratio=1.0, connect_s=1e-3), remote) - predict(counts, base, remote)
+    assert counts.requests > 16 and extra == pytest.approx(16 * 1e-3)  # a connection per request in flight
     sparse = count_read(selections("map"), SHAPE, 4, layout, 4 * 120, local_reader())
     assert sparse.index_requests > 0
     extra = predict(sparse, Costs(ratio=1.0, index_s=1e-2), local_reader()) - predict(sparse, base, local_reader())

@@ -442,7 +442,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         if store is not None:
             show = text_progress(sys.stderr) if progress is True else (progress or None)
             probed = probe_store(store, storage_options, progress=show)
-            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s)
+            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s,
+                         connect_s=probed.connect_s)
             local = probed.local
         sample = _sample(var)
         decoder = probe_decoder(sample)
@@ -450,7 +451,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         # A request costs the store's work (remote: the server's and the client library's, overlapped) and our
         # reader's (on a local store, where nothing overlaps, nearly all of it).
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
-                      request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s)
+                      request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
+                      connect_s=base.connect_s)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

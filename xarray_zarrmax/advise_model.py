@@ -85,6 +85,8 @@ class Costs:
     #                         share the cores): the wall time of many tiny requests at once, per request
     chunk_s: float = 0.0  # our reader's fixed work per inner chunk (hand-off, decode call, placement), wall
     index_s: float = 0.0  # our reader's work per shard read through its index (parse, check, coalesce), wall
+    connect_s: float = 0.0  # opening a connection to a remote store, per request in flight at once: a first
+    #                         read after an open opens one for each (the client's pool starts empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,16 +303,17 @@ def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Seq
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``),
-    every shard index read the reader's parse (``index_s``) and every inner chunk the reader's work
-    (``chunk_s``), all probed as wall time with many at once; the bytes stream at the smaller of what the
-    requests in flight and the store as a whole deliver; decoding runs on ``threads`` threads alongside (one
-    for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in the calling thread)."""
+    every request in flight at once a connection (``connect_s``: the read is the first after an open), every
+    shard index read the reader's parse (``index_s``) and every inner chunk the reader's work (``chunk_s``),
+    all probed as wall time with many at once; the bytes stream at the smaller of what the requests in flight
+    and the store as a whole deliver; decoding runs on ``threads`` threads alongside (one for a local read
+    decoding less than `fetch.JOB_BYTES`, which our reader keeps in the calling thread)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
     threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
-    return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s
+    return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s + in_flight * costs.connect_s
             + counts.index_requests * costs.index_s + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
             + counts.decoded_bytes / (costs.decode_bps * threads))
 

@@ -1,13 +1,14 @@
 """Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a
 sample of the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
 
-Four store numbers come out (see `StoreProbe`): the latency of a GET (median time of tiny GETs), the work
-of one request when many are in flight (``many`` tiny GETs at once, less one latency, per GET), the
-throughput of one request stream (a large GET, less its latency) and the aggregate throughput (``parallel``
-large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what our writer uses by
-default) and times its decode: the compression ratio and decoded bytes per second per thread. The reader
-probe times our own reader on local copies of a sample: its fixed work per inner chunk, per request and per
-shard read through its index (see `ReaderProbe`).
+Five store numbers come out (see `StoreProbe`): the latency of a GET (median time of 16-byte range GETs),
+the work of one request when many are in flight (``many`` such GETs at once on open connections, less one
+latency, per GET), the extra a connection costs when a fresh client opens one per request in flight (as the
+first read after an open does), the throughput of one request stream (a large GET, less its latency) and the
+aggregate throughput (``parallel`` large GETs at once). The decoder probe compresses a sample with numcodecs'
+zstd (what our writer uses by default) and times its decode: the compression ratio and decoded bytes per
+second per thread. The reader probe times our own reader on local copies of a sample: its fixed work per inner
+chunk, per request and per shard read through its index (see `ReaderProbe`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class StoreProbe:
     request_bps: float
     aggregate_bps: float
     local: bool
-    request_s: float = 0.0  # wall time per request of many tiny ones at once, beyond one latency
+    request_s: float = 0.0  # wall time per request of many small ones at once, beyond one latency
+    connect_s: float = 0.0  # wall time per connection a fresh client opens for them (0 locally)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +83,24 @@ class _Objects:
 
     def __init__(self, target: str, storage_options: Mapping[str, Any] | None) -> None:
         self.prefix = f"zarrmax-probe-{uuid.uuid4().hex[:12]}"
+        self.target, self.storage_options = target, storage_options
         scheme = target.split("://", 1)[0].lower() if "://" in target else ""
         self.local = scheme in ("", "file")
         if self.local:
             self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
             self.root.mkdir(parents=True)
         elif scheme == "s3":
-            from .stores import s3_store_from_url
-
-            self.store = s3_store_from_url(target, storage_options).store
+            self.reconnect()
         else:
             raise ValueError(f"expected a local directory or an s3:// URL to probe. Got {target.split('://')[0]!r}"
                              " URLs instead.")
+
+    def reconnect(self) -> None:
+        """A fresh client, with no open connection (as ``open_dataset`` makes one); nothing to do locally."""
+        if not self.local:
+            from .stores import s3_store_from_url
+
+            self.store = s3_store_from_url(self.target, self.storage_options).store
 
     def put(self, name: str, data: bytes) -> None:
         if self.local:
@@ -160,7 +168,7 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
     parallel
         GETs of the large object in flight at once for the aggregate throughput.
     many
-        Tiny GETs at once for the work per request (best of 3).
+        Small GETs at once for the work per request and per new connection (best of 3 each).
     """
     steps = repeats + 5  # PUT, the latency GETs, many at once, one stream, parallel streams, DELETE
     done = 0
@@ -172,26 +180,35 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
             progress(done, steps, what)
 
     objects = _Objects(target, storage_options)
-    names = ["tiny", "large"]
+    names = ["large"]
     try:
-        objects.put("tiny", b"x" * 16)
         objects.put("large", os.urandom(large))  # incompressible: no transport compression flatters it
         step("PUT probe objects")
+        # Latency and work per request are timed on 16-byte ranges of the large object, as the reader asks for
+        # ranges of shards: a tiny object of its own can be cheaper to serve (MinIO keeps objects under 128 KiB
+        # inside their metadata file).
         latencies = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            objects.get("tiny", 16)
+            objects.get("large", 16)
             latencies.append(time.perf_counter() - t0)
             step("GET latency")
         latency = statistics.median(latencies)
-        busy = float("inf")
+        # ``many`` GETs at once from a fresh client (a connection each, as a first read after an open opens),
+        # then on the connections it opened: the difference is the work of opening them.
+        cold = busy = float("inf")
         for _ in range(3):
+            objects.reconnect()
             t0 = time.perf_counter()
-            objects.get_many("tiny", 16, many)
+            objects.get_many("large", 16, many)
+            cold = min(cold, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            objects.get_many("large", 16, many)
             busy = min(busy, time.perf_counter() - t0)
         # Remote: the GETs overlap, so one latency is paid and the rest is work per request. Local: one after
         # the other, each a latency (already counted per round trip), so the work beyond it.
         request_s = max(0.0, (busy - latency) / many) if not objects.local else max(0.0, busy / many - latency)
+        connect_s = 0.0 if objects.local else max(0.0, (cold - busy) / many)
         step("GET many at once")
         t0 = time.perf_counter()
         objects.get("large", large)
@@ -206,7 +223,8 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
         objects.cleanup(names)
     step("DELETE probe objects")
     request_bps = large / one
-    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / spread), objects.local, request_s)
+    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / spread), objects.local, request_s,
+                      connect_s)
 
 
 def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> DecoderProbe:
