@@ -589,6 +589,33 @@ def test_conditional_put_applied_but_reported_failed_is_merged_again(minio: Mini
 # -- failures -----------------------------------------------------------------------------------------------------
 
 
+def test_a_file_where_a_chunk_directory_belongs_is_refused_as_zarr_refuses_it(tmp_path: Path) -> None:
+    """A plain file where a chunk directory should be: the same error type as Dataset.to_zarr's, naming the
+    path, with the key and store in a note; nothing is written beside it."""
+    import shutil
+
+    ds = xr.Dataset({"v": (("t", "x"), np.arange(16, dtype="f4").reshape(4, 4))})
+    encoding = {"v": {"chunks": (1, 2), "shards": (2, 4)}}
+    part = ds.isel(t=slice(2, 4)) + 100
+    errors = []
+    for name in ("zarr", "zarrmax"):
+        root = tmp_path / f"{name}.zarr"
+        ds.to_zarr(root, encoding=encoding, consolidated=False, zarr_format=3)
+        shutil.rmtree(root / "v/c/1")
+        (root / "v/c/1").write_bytes(b"x")
+        with pytest.raises(OSError) as info:
+            if name == "zarr":
+                part.to_zarr(root, region={"t": slice(2, 4)}, consolidated=False)
+            else:
+                xarray_zarrmax.to_zarr(part, root, region={"t": slice(2, 4)}, consolidated=False)
+        errors.append(info.value)
+        assert (root / "v/c/1").read_bytes() == b"x" and sorted(os.listdir(root / "v/c")) == ["0", "1"]
+    theirs, ours = errors
+    assert type(ours) is type(theirs) is FileExistsError
+    assert str(tmp_path / "zarrmax.zarr/v/c/1") in str(ours)
+    assert any("'v/c/1/0'" in note for note in getattr(ours, "__notes__", []))
+
+
 def test_failed_local_write_leaves_the_old_object_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = sample()
     xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
@@ -654,6 +681,41 @@ def _all_text(err: BaseException) -> str:
         out += [repr(e), str(e), *getattr(e, "__notes__", ())]
         todo += [e.__cause__, e.__context__]
     return "\n".join(out)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["obstore LocalStore", "zarr ObjectStore over it"])
+def test_obstore_local_store_takes_partial_shard_writes(tmp_path: Path, wrapped: bool) -> None:
+    """object_store's local file system has no conditional PUT, which a merge of a partly written shard needs
+    ("PutMode::Update not yet implemented"): an obstore LocalStore target is written as the directory it is,
+    region and append merges included, and matches what Dataset.to_zarr writes there."""
+    from obstore.store import LocalStore
+    from zarr.storage import ObjectStore
+
+    ds = sample().chunk({"time": 8})
+    region = sample(4, t0=5).drop_vars(["y", "x", "station", "flag"])
+    stores = []
+    for name in ("zarr", "zarrmax"):
+        store: Any = LocalStore(str(tmp_path / f"{name}.zarr"), mkdir=True)
+        stores.append(store)
+        target = ObjectStore(store) if wrapped or name == "zarr" else store
+        if name == "zarr":
+            ds.to_zarr(target, encoding={"temp": SHARDED}, consolidated=False, zarr_format=3)
+            region.to_zarr(target, region={"time": slice(5, 9)}, consolidated=False)
+            sample(6, t0=NT).to_zarr(target, append_dim="time", consolidated=False)
+        else:
+            xarray_zarrmax.to_zarr(ds, target, encoding={"temp": SHARDED}, consolidated=False)
+            xarray_zarrmax.to_zarr(region, target, region={"time": slice(5, 9)}, consolidated=False)
+            xarray_zarrmax.to_zarr(sample(6, t0=NT), target, append_dim="time", consolidated=False)
+    expected = xr.concat([sample(), sample(6, t0=NT)], dim="time", data_vars="minimal", coords="minimal",
+                         compat="override")
+    expected["temp"][5:9] = region["temp"].values
+    expected["count"][5:9] = region["count"].values
+    for root in ("zarr.zarr", "zarrmax.zarr"):
+        check_reads(str(tmp_path / root), expected)
+    theirs, ours = ((tmp_path / f"{n}.zarr/temp/c") for n in ("zarr", "zarrmax"))
+    shards = sorted(str(p.relative_to(ours)) for p in ours.rglob("*") if p.is_file())
+    assert shards == sorted(str(p.relative_to(theirs)) for p in theirs.rglob("*") if p.is_file())
+    assert all((ours / k).read_bytes() == (theirs / k).read_bytes() for k in shards)
 
 
 def test_refuses_stores_it_cannot_write_safely(tmp_path: Path) -> None:

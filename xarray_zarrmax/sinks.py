@@ -139,10 +139,12 @@ class LocalSink(Sink):
         open file, so threads of one process exclude each other as processes do."""
         directory = os.path.dirname(path)
         try:
-            fd = os.open(directory, os.O_RDONLY)
-        except FileNotFoundError:  # the first object of its directory: makedirs only then (it stats every level)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            # The first object of its directory: makedirs only then (it stats every level). A file where a
+            # directory should be makes it raise FileExistsError naming that path, as zarr-python does.
             os.makedirs(directory, exist_ok=True)
-            fd = os.open(directory, os.O_RDONLY)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -462,10 +464,10 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
         raise TypeError(f"to_zarr writes to local paths and s3:// URLs (or obstore stores). Got a {scheme!r} URL.")
     _no_storage_options(storage_options, f"a {type(target).__name__}")
     if isinstance(target, ObstoreSource):
-        return ObstoreSink(target)
+        return _obstore_sink(target.store) if _is_obstore_local(target.store) else ObstoreSink(target)
     module = type(target).__module__ or ""
     if module.startswith("obstore"):
-        return ObstoreSink(ObstoreSource(target))
+        return _obstore_sink(target)
     if module.startswith("icechunk") and hasattr(target, "fork") and hasattr(target, "store"):
         return IcechunkSink(target)
     if module.startswith("icechunk") and hasattr(target, "session") and hasattr(target, "set"):
@@ -473,10 +475,25 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
     from zarr.storage import LocalStore, ObjectStore
 
     if isinstance(target, ObjectStore):
-        return ObstoreSink(ObstoreSource(target.store))
+        return _obstore_sink(target.store)
     if isinstance(target, LocalStore):
         os.makedirs(target.root, exist_ok=True)
         return LocalSink(target.root)
     raise TypeError("to_zarr writes to a local path, an s3:// URL, an obstore store, zarr's ObjectStore or "
                     "LocalStore, or a writable Icechunk session. "
                     f"Got {type(target).__module__}.{type(target).__qualname__} instead.")
+
+
+def _is_obstore_local(store: Any) -> bool:
+    return (type(store).__module__ or "").startswith("obstore") and type(store).__name__ == "LocalStore"
+
+
+def _obstore_sink(store: Any) -> Sink:
+    """An obstore store's sink. Its ``LocalStore`` is written as the directory it is: object_store's local
+    file system has no conditional PUT ("PutMode::Update not yet implemented"), which merging a partly
+    written shard needs, and our `LocalSink` makes the same merge safe with a directory lock."""
+    if _is_obstore_local(store):
+        root = os.fspath(store.prefix) if store.prefix is not None else os.sep
+        os.makedirs(root, exist_ok=True)
+        return LocalSink(root)
+    return ObstoreSink(ObstoreSource(store))
