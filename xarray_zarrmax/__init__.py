@@ -1,11 +1,13 @@
 """xarray_zarrmax: read Zarr into xarray and dask at the speed of the storage.
 
 ``xr.open_dataset(url_or_store, engine="zarrmax", chunks={})``: one dask task per shard.
-``xarray_zarrmax.to_zarr(ds, url_or_store)``: one dask task and one PUT per shard.
+``xarray_zarrmax.to_zarr(ds, url_or_store)`` or ``ds.zarrmax.to_zarr(url_or_store)``: one dask task and one PUT
+per shard.
 """
 
 from __future__ import annotations
 
+from . import accessor as accessor  # registers ds.zarrmax with xarray
 from .accounting import RequestCounts, request_counts
 from .advise import AdviceReport, advise
 from .config import Config, get_config, set_config

@@ -153,6 +153,17 @@ class _Objects:
                 obstore.delete(self.store, f"{self.prefix}/{name}")
 
 
+def probe_place(url: str) -> str:
+    """Where to probe for a store at ``url``: the folder (or prefix) holding it, not the store itself, so a
+    probe cut short leaves nothing inside the Zarr hierarchy. ``s3://b/x/y.zarr`` -> ``s3://b/x``,
+    ``d/y.zarr`` -> ``d``."""
+    scheme, sep, path = url.rpartition("://")
+    head = path.rstrip("/").rpartition("/")[0]
+    if sep:
+        return f"{scheme}{sep}{head or path.rstrip('/').split('/')[0]}"
+    return head or "."
+
+
 def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *, large: int = 8 * 2**20,
                 repeats: int = 5, parallel: int = 8, many: int = 64,
                 progress: Progress | None = None) -> StoreProbe:

@@ -124,18 +124,10 @@ def _selection(text: str, spec: str, usage: str = "--select NAME:WEIGHT:DIM=STAR
     return out
 
 
-def _parent(url: str) -> str:
-    """The folder (or prefix) holding ``url``: ``s3://b/x/y.zarr`` -> ``s3://b/x``, ``d/y.zarr`` -> ``d``."""
-    scheme, sep, path = url.rpartition("://")
-    head = path.rstrip("/").rpartition("/")[0]
-    if sep:
-        return f"{scheme}{sep}{head or path.rstrip('/').split('/')[0]}"
-    return head or "."
-
-
 def advise(args: argparse.Namespace) -> int:
     from .advise import Batch
     from .advise import advise as run_advice
+    from .advise_probe import probe_place
 
     patterns: dict[str, Any] = {}
     for text in args.pattern:
@@ -152,7 +144,7 @@ def advise(args: argparse.Namespace) -> int:
         window[dim] = size
     ds = _open(args, None)
     # next to the store, not inside it: a probe cut short leaves nothing in the Zarr hierarchy
-    probe = None if args.no_probe else (args.probe or _parent(args.url))
+    probe = None if args.no_probe else (args.probe or probe_place(args.url))
     report = run_advice(ds, patterns, variable=args.variable, store=probe,
                         storage_options=_options(args.option) or None,
                         budget_mb=args.budget_mb, max_object_mb=args.max_object_mb, max_objects=args.max_objects,

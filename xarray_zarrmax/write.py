@@ -27,6 +27,7 @@ import numpy as np
 from ._loop import gather_or_cancel, run_sync
 from .shard_encode import Encoded
 from .sinks import Sink, resolve_sink
+from .write_advise import advised_encoding, check_advise_request
 from .write_codec import ObjectCodec
 from .write_plan import aligned_chunks, check_aligned, objects_for_block
 
@@ -264,11 +265,13 @@ def _done_collecting(*results: tuple[int, Any]) -> Any:
 
 
 def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
-            group: str | None = None, encoding: Mapping[str, Any] | None = None, consolidated: bool | None = None,
+            group: str | None = None, encoding: Mapping[str, Any] | Literal["advise"] | None = None,
+            consolidated: bool | None = None,
             region: Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None = None,
             append_dim: Hashable | None = None, zarr_format: int = 3,
             storage_options: dict[str, Any] | None = None, compute: bool = True, write_empty_chunks: bool = False,
-            align_chunks: bool = False) -> Any:
+            align_chunks: bool = False, patterns: Mapping[str, Any] | None = None,
+            advise_options: Mapping[str, Any] | None = None) -> Any:
     """Write ``ds`` to a Zarr v3 store: one dask task and one PUT per shard.
 
     Arguments mean what they mean in ``xarray.Dataset.to_zarr``; what differs:
@@ -284,6 +287,12 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         run in another process write to forks of it, merged back into it when all are done.
     mode
         As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
+    encoding
+        As xarray, or ``"advise"``: the layout `xarray_zarrmax.advise` ranks best for ``patterns`` (chunks and
+        shards of the largest data variable and of those with its dimensions and shape; the others keep the
+        defaults). The store is probed beside the target (a path's folder, a URL's prefix; nothing is probed
+        for a store object unless ``advise_options["store"]`` names a place), then the data is rechunked to
+        the advised shards (``align_chunks``) and written. A line on stderr says the layout chosen.
     zarr_format
         3 only.
     compute
@@ -299,6 +308,14 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         variable, dimension and sizes, unless this is True, which rechunks to one dask chunk per shard.
         Shards only partly covered by the written range (edges of a region or an append) are fine either way:
         they are read, merged and written back conditionally.
+    patterns
+        With ``encoding="advise"``: access pattern -> weight, as `xarray_zarrmax.advise` takes them (e.g.
+        ``{"timeseries": 0.5, "map": 0.5}``).
+    advise_options
+        With ``encoding="advise"``: more of `xarray_zarrmax.advise`'s keywords (``variable``, ``store`` (where
+        to probe, or None for no probe), ``storage_options`` (the probe's; default: the write's),
+        ``budget_mb``, ``max_object_mb``, ``max_objects``, ``costs`` (a calibration instead of probing),
+        ``layouts`` (candidates instead of the generated ones), ``batch``, ``progress``).
 
     Returns
     -------
@@ -311,6 +328,16 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
 
     from ._staging import StagingStore
 
+    advised: frozenset[str] = frozenset()
+    if isinstance(encoding, str):
+        if encoding != "advise":
+            raise ValueError(f"expected encoding as a mapping of variable names, or 'advise'. Got {encoding!r}.")
+        check_advise_request(patterns, advise_options, region=region, append_dim=append_dim, mode=mode)
+        encoding = advised_encoding(ds, store, patterns, advise_options, storage_options)  # type: ignore[arg-type]
+        advised = frozenset(encoding)
+    elif patterns is not None or advise_options is not None:
+        raise ValueError("patterns= and advise_options= apply to encoding='advise' only. Got encoding="
+                         f"{'a mapping' if encoding is not None else None} with them.")
     sink = resolve_sink(store, storage_options)
     staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
     try:
@@ -320,7 +347,8 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
         raise
     writes = _array_writes(recorder, staging, write_empty_chunks)
-    arrays = [_as_dask(w, align_chunks) for w in writes]  # alignment errors before any write
+    # alignment errors before any write; advised variables are aligned to shards their writer never saw
+    arrays = [_as_dask(w, align_chunks or w.target.path.rpartition("/")[2] in advised) for w in writes]
     _commit_metadata(sink, staging)
     collecting = sink.collects
     done = _done_collecting if collecting else _done

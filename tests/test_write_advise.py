@@ -1,0 +1,172 @@
+"""``to_zarr(..., encoding="advise", patterns=...)`` and the ``ds.zarrmax`` accessor: the advisor's best layout
+is what lands in the store, every write reads back identically with both engines, and requests the advisor
+cannot serve are refused before anything is probed or written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+import xarray_zarrmax
+from xarray_zarrmax.advise_model import Costs, Layout
+
+TIME_FIRST = Layout((24, 2, 2), (48, 10, 10))  # whole time series in one object
+MAP_FIRST = Layout((1, 20, 25), (4, 20, 50))  # whole maps in one object
+CANDIDATES = [TIME_FIRST, MAP_FIRST]
+#: costly requests: the layout needing fewer requests wins each pattern (at no per-request cost, a whole-shard
+#: GET of MAP_FIRST's tiny shards reads a time series in fewer round trips than TIME_FIRST's index and range)
+COSTS = Costs(ratio=1.0, request_s=0.01)
+
+
+def field(dask_chunks: dict[str, int] | None = None) -> xr.Dataset:
+    """A (time, lat, lon) field, a variable of other dimensions, and coordinates."""
+    rng = np.random.default_rng(1)
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), rng.normal(280, 5, (48, 20, 50)).astype("f4"), {"units": "K"}),
+         "u10": (("time", "lat", "lon"), rng.normal(0, 3, (48, 20, 50)).astype("f4")),
+         "station": (("time",), np.arange(48, dtype="i4"))},
+        coords={"time": pd.date_range("2021-01-01", periods=48, freq="h"), "lat": np.linspace(-90, 90, 20),
+                "lon": np.linspace(0, 357.5, 50)},
+    )
+    return ds.chunk(dask_chunks) if dask_chunks else ds
+
+
+def stored_layout(path: Path, name: str) -> tuple[list[int], list[int] | None]:
+    """(inner chunks, shards or None) of an array as its zarr.json says."""
+    meta = json.loads((path / name / "zarr.json").read_text())
+    grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    for codec in meta["codecs"]:
+        if codec["name"] == "sharding_indexed":
+            return codec["configuration"]["chunk_shape"], grid
+    return grid, None
+
+
+def check_reads(path: Path, expected: xr.Dataset) -> None:
+    for engine in ("zarr", "zarrmax"):
+        with xr.open_dataset(path, engine=engine) as got:
+            xr.testing.assert_identical(got.load(), expected.load())
+
+
+@pytest.mark.parametrize(("patterns", "layout"), [({"timeseries": 1.0}, TIME_FIRST), ({"map": 1.0}, MAP_FIRST)])
+def test_the_advised_layout_is_the_one_written(tmp_path: Path, patterns: dict[str, float], layout: Layout,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # dask chunks of 7 time steps split every candidate's shards: the write must align them itself
+    ds = field({"time": 7, "lat": 20, "lon": 50})
+    out = tmp_path / "out.zarr"
+    xarray_zarrmax.to_zarr(ds, str(out), encoding="advise", patterns=patterns,
+                           advise_options={"costs": COSTS, "layouts": CANDIDATES})
+    for name in ("t2m", "u10"):  # the advised variable, and the one of its dimensions and shape
+        assert stored_layout(out, name) == (list(layout.chunks), list(layout.shards or ()))
+    assert stored_layout(out, "station")[1] is None  # other dimensions: zarr's default layout, unsharded
+    check_reads(out, ds)
+    err = capsys.readouterr().err
+    assert f"zarrmax: writing t2m, u10 in chunks {layout} (advised for {patterns}; the costs given)" in err
+
+
+def test_the_store_is_probed_beside_the_target_and_cleaned_up(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    ds = field()
+    out = tmp_path / "out.zarr"
+    xarray_zarrmax.to_zarr(ds, out, encoding="advise", patterns={"timeseries": 0.5, "map": 0.5},
+                           advise_options={"layouts": CANDIDATES})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr"]  # the probe's objects are gone
+    err = capsys.readouterr().err
+    assert "probing [" in err  # the progress bar ran
+    assert f"costs probed at {tmp_path}" in err
+    assert stored_layout(out, "t2m") in [(list(c.chunks), list(c.shards or ())) for c in CANDIDATES]
+    check_reads(out, ds)
+
+
+def test_a_store_object_is_not_probed_unless_told_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ds = field()
+    store = zarr.storage.LocalStore(tmp_path / "out.zarr")
+    xarray_zarrmax.to_zarr(ds, store, encoding="advise", patterns={"map": 1.0},
+                           advise_options={"layouts": CANDIDATES})
+    err = capsys.readouterr().err
+    assert "probing [" not in err
+    assert "store not probed: a remote object store's costs assumed" in err
+    check_reads(tmp_path / "out.zarr", ds)
+
+
+def test_the_accessor_writes_and_advises_as_the_functions_do(tmp_path: Path) -> None:
+    ds = field({"time": 24})
+    ds.zarrmax.to_zarr(tmp_path / "a.zarr", encoding={"t2m": {"chunks": (12, 10, 25), "shards": (24, 20, 50)}})
+    xarray_zarrmax.to_zarr(ds, tmp_path / "b.zarr", encoding={"t2m": {"chunks": (12, 10, 25), "shards": (24, 20, 50)}})
+    assert stored_layout(tmp_path / "a.zarr", "t2m") == ([12, 10, 25], [24, 20, 50])
+    for name in ("t2m", "u10", "station", "time"):
+        a = (tmp_path / "a.zarr" / name / "zarr.json").read_text()
+        assert a == (tmp_path / "b.zarr" / name / "zarr.json").read_text()
+    check_reads(tmp_path / "a.zarr", ds)
+    report = ds.zarrmax.advise({"map": 1.0}, costs=COSTS, layouts=CANDIDATES)
+    assert report.best.layout == MAP_FIRST
+    assert "Parameters" in (ds.zarrmax.to_zarr.__doc__ or "")  # help() shows to_zarr's own documentation
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"encoding": "advise"}, ValueError, r"encoding='advise' needs patterns=.*Got patterns=None"),
+    ({"encoding": "advise", "patterns": {}}, ValueError, r"needs patterns=.*Got patterns=\{\}"),
+    ({"encoding": "advice", "patterns": {"map": 1.0}}, ValueError,
+     r"expected encoding as a mapping of variable names, or 'advise'. Got 'advice'"),
+    ({"patterns": {"map": 1.0}}, ValueError, r"patterns= and advise_options= apply to encoding='advise' only"),
+    ({"encoding": "advise", "patterns": {"map": 1.0}, "advise_options": {"budget": 5}}, TypeError,
+     r"advise_options: unknown option\(s\) \['budget'\]; expected some of \["),
+    ({"encoding": "advise", "patterns": {"heatmap": 1.0}}, ValueError, r"heatmap"),
+    ({"encoding": "advise", "patterns": {"map": 1.0}, "advise_options": {"variable": "sst"}}, ValueError,
+     r"no data variable 'sst'"),
+])
+def test_requests_the_advisor_cannot_serve_write_nothing(tmp_path: Path, kwargs: dict[str, Any],
+                                                         error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        xarray_zarrmax.to_zarr(field(), tmp_path / "out.zarr", **kwargs)
+    assert list(tmp_path.iterdir()) == []  # nothing probed, nothing written
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [({"append_dim": "time"}, "append_dim='time'"),
+                                               ({"region": "auto"}, "region='auto'"),
+                                               ({"mode": "r+"}, "mode='r+'")])
+def test_advice_is_refused_for_arrays_that_exist(tmp_path: Path, kwargs: dict[str, Any], named: str) -> None:
+    out = tmp_path / "out.zarr"
+    xarray_zarrmax.to_zarr(field(), out)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    refused = f"encoding='advise' chooses the layout of new arrays; with {named} "
+    with pytest.raises(ValueError, match=re.escape(refused)):
+        xarray_zarrmax.to_zarr(field(), out, encoding="advise", patterns={"map": 1.0}, **kwargs)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+
+
+def test_an_s3_target_is_probed_beside_it_with_the_write_credentials(minio: Any, bucket: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from zarr.storage import ObjectStore
+
+    prefix = f"advise-{np.random.default_rng().integers(1 << 30)}"
+    url = f"s3://{bucket}/{prefix}/out.zarr"
+    ds = field({"time": 24})
+    xarray_zarrmax.to_zarr(ds, url, encoding="advise", patterns={"timeseries": 1.0},
+                           advise_options={"layouts": CANDIDATES}, storage_options=minio.storage_options())
+    err = capsys.readouterr().err
+    assert f"costs probed at s3://{bucket}/{prefix}" in err
+    listed = ObjectStore(minio.obstore(bucket, prefix), read_only=True)
+    keys = _list(listed)
+    assert keys and all(k.startswith("out.zarr/") for k in keys)  # nothing of the probe is left
+    oracle = ObjectStore(minio.obstore(bucket, f"{prefix}/out.zarr"), read_only=True)
+    with xr.open_dataset(oracle, engine="zarr") as by_zarr, \
+            xr.open_dataset(url, engine="zarrmax", storage_options=minio.storage_options()) as by_zarrmax:
+        xr.testing.assert_identical(by_zarr.load(), ds.load())
+        xr.testing.assert_identical(by_zarrmax.load(), ds.load())
+
+
+def _list(store: Any) -> list[str]:
+    import asyncio
+
+    async def collect() -> list[str]:
+        return [k async for k in store.list()]
+
+    return asyncio.run(collect())
