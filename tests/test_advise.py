@@ -357,7 +357,8 @@ def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize(("url", "parent"), [("s3://b/x/y.zarr", "s3://b/x"), ("s3://b/y.zarr/", "s3://b"),
-                                             ("/d/y.zarr", "/d"), ("y.zarr", "."), ("file:///d/y.zarr", "file:///d")])
+                                             ("/d/y.zarr", "/d"), ("y.zarr", "."), ("file:///d/y.zarr", "file:///d"),
+                                             ("/y.zarr", "/"), ("file:///y.zarr", "file:///"), ("d/", ".")])
 def test_probes_beside_the_store(url: str, parent: str) -> None:
     from xarray_zarrmax.advise_probe import probe_place
 

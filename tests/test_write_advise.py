@@ -170,3 +170,152 @@ def _list(store: Any) -> list[str]:
         return [k async for k in store.list()]
 
     return asyncio.run(collect())
+
+
+# -- from an adversarial review ------------------------------------------------------------------------------
+
+
+def test_a_failed_probe_shows_no_secret_and_says_where_it_probed(minio: Any, bucket: str) -> None:
+    # the write's own credentials are good; the probe's (elsewhere) are not, and its endpoint holds a password
+    host = minio.endpoint.removeprefix("http://")
+    bad = {"endpoint": f"http://userSECRETname:hunter2pass@{host}", "access_key_id": "AKIDEXAMPLE",
+           "secret_access_key": "WRONGSECRETvalue123", "region": "us-east-1"}
+    url = f"s3://{bucket}/leak/out.zarr"
+    with pytest.raises(Exception) as caught:
+        xarray_zarrmax.to_zarr(field(), url, encoding="advise", patterns={"map": 1.0},
+                               storage_options=minio.storage_options(),
+                               advise_options={"store": f"s3://{bucket}/scratch", "storage_options": bad})
+    err = caught.value
+    texts = []
+    seen: BaseException | None = err
+    while seen is not None:
+        texts += [str(seen), *getattr(seen, "__notes__", ())]
+        seen = seen.__cause__ or seen.__context__
+    for secret in ("hunter2pass", "WRONGSECRETvalue123"):
+        assert not any(secret in t for t in texts), texts
+    assert f"while probing the store at s3://{bucket}/scratch" in "\n".join(getattr(err, "__notes__", ()))
+    assert "DeleteObjects" not in str(err) and "delete" not in str(err).lower()  # the first failure, the PUT's
+
+
+def test_a_probe_that_cannot_write_beside_the_target_says_how_to_probe_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xarray_zarrmax import advise_probe
+
+    def read_only(self: Any, name: str, data: bytes) -> None:
+        raise OSError(30, "Read-only file system", str(self.root / name))
+
+    monkeypatch.setattr(advise_probe._Objects, "put", read_only)  # a writable target in a read-only folder
+    with pytest.raises(OSError) as caught:
+        xarray_zarrmax.to_zarr(field(), tmp_path / "out.zarr", encoding="advise", patterns={"map": 1.0},
+                               advise_options={"layouts": CANDIDATES})
+    notes = "\n".join(getattr(caught.value, "__notes__", ()))
+    assert f"while probing the store at {tmp_path}" in notes
+    assert "{'store': None} assumes a remote object store's costs" in notes
+    assert not any(p.name.startswith("zarrmax-probe-") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("mode", "error", "match"), [
+    ("a", ValueError, r"encoding='advise' chooses the layout of new arrays; \['t2m', 'u10'\] exist in .* already"),
+    ("w-", FileExistsError, None),
+])
+def test_arrays_that_exist_are_refused_before_the_probe(tmp_path: Path, mode: str, error: type[Exception],
+                                                        match: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.zarr"
+    xarray_zarrmax.to_zarr(field(), out)
+    capsys.readouterr()
+    with pytest.raises(error, match=match):
+        xarray_zarrmax.to_zarr(field(), out, mode=mode, encoding="advise", patterns={"map": 1.0})
+    assert "probing [" not in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr"]
+
+
+def test_mode_a_may_add_advised_variables_next_to_existing_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out.zarr"
+    ds = field()
+    xarray_zarrmax.to_zarr(ds[["station"]], out)
+    xarray_zarrmax.to_zarr(ds[["t2m", "u10"]], out, mode="a", encoding="advise", patterns={"map": 1.0},
+                           advise_options={"costs": COSTS, "layouts": CANDIDATES})
+    assert stored_layout(out, "t2m") == (list(MAP_FIRST.chunks), list(MAP_FIRST.shards or ()))
+    check_reads(out, ds)
+
+
+@pytest.mark.parametrize(("options", "error", "match"), [
+    ({"budget_mb": "5"}, ValueError, r"expected budget_mb as a positive number of MB. Got '5'"),
+    ({"budget_mb": -1}, ValueError, r"expected budget_mb as a positive number of MB. Got -1"),
+    ({"max_objects": 0}, ValueError, r"expected max_objects as a whole number >= 1. Got 0"),
+    ({"layouts": []}, ValueError, r"expected at least one layout in layouts="),
+    ({"layouts": [Layout((4,))]}, ValueError, r"expected layouts of 3 positive chunk lengths"),
+    ({"layouts": [Layout((4, 5, 5), (6, 5, 5))]}, ValueError, r"shards that are whole multiples of the chunks"),
+    ({"batch": {"windows": 4}}, TypeError, r"expected batch as xarray_zarrmax.advise.Batch"),
+])
+def test_options_the_search_cannot_use_are_refused_before_the_probe(tmp_path: Path, options: dict[str, Any],
+                                                                     error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        xarray_zarrmax.to_zarr(field(), tmp_path / "out.zarr", encoding="advise", patterns={"map": 1.0},
+                               advise_options=options)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("patterns", "accepted"), [({"map": True}, False), ({"map": np.float32(0.5)}, True)])
+def test_weights_are_real_numbers_not_booleans(patterns: dict[str, Any], accepted: bool) -> None:
+    from xarray_zarrmax.advise import parse_patterns
+
+    if accepted:
+        assert parse_patterns(patterns) == patterns
+    else:
+        with pytest.raises(ValueError, match="expected a positive weight for pattern 'map'. Got True"):
+            parse_patterns(patterns)
+
+
+def test_advise_options_must_be_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"expected advise_options as a mapping of advise\(\)'s keywords. Got 'budg"):
+        xarray_zarrmax.to_zarr(field(), tmp_path / "out.zarr", encoding="advise", patterns={"map": 1.0},
+                               advise_options="budget_mb")  # type: ignore[arg-type]
+
+
+def test_the_layout_is_all_the_advice_changes_of_an_existing_encoding(tmp_path: Path) -> None:
+    # packed as int16 with a scale factor: a plain write keeps the packing, and so must an advised one
+    ds = field()
+    ds["t2m"].encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32768}
+    xarray_zarrmax.to_zarr(ds, tmp_path / "advised.zarr", encoding="advise", patterns={"map": 1.0},
+                           advise_options={"costs": COSTS, "layouts": CANDIDATES})
+    assert ds["t2m"].encoding == {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32768}
+    plain = ds.copy()
+    plain["t2m"].encoding = {**ds["t2m"].encoding, **MAP_FIRST.encoding()}
+    plain["u10"].encoding = MAP_FIRST.encoding()
+    xarray_zarrmax.to_zarr(plain, tmp_path / "plain.zarr")
+    for name in ("t2m", "u10"):
+        advised = json.loads((tmp_path / "advised.zarr" / name / "zarr.json").read_text())
+        assert advised == json.loads((tmp_path / "plain.zarr" / name / "zarr.json").read_text())
+    assert json.loads((tmp_path / "advised.zarr" / "t2m" / "zarr.json").read_text())["data_type"] == "int16"
+    with xr.open_dataset(tmp_path / "plain.zarr", engine="zarr") as expected:
+        check_reads(tmp_path / "advised.zarr", expected.load())
+
+
+def test_the_advisor_lays_out_the_largest_variable_it_can(tmp_path: Path) -> None:
+    ds = field()
+    ds["names"] = (("time", "lat", "lon"), np.full((48, 20, 50), "a long string value", dtype=object))
+    xarray_zarrmax.to_zarr(ds, tmp_path / "out.zarr", encoding="advise", patterns={"map": 1.0},
+                           advise_options={"costs": COSTS, "layouts": CANDIDATES})
+    assert stored_layout(tmp_path / "out.zarr", "t2m")[1] == list(MAP_FIRST.shards or ())
+    check_reads(tmp_path / "out.zarr", ds)
+
+
+@pytest.mark.parametrize(("ds", "match"), [
+    (xr.Dataset({"flag": ((), np.int8(3))}), r"expected a data variable with dimensions.*'flag': it has no dimension"),
+    (xr.Dataset({"v": (("t", "x"), np.zeros((0, 4)))}), r"'v': it is empty \(shape \(0, 4\)\)"),
+])
+def test_nothing_to_lay_out_is_a_clear_error(tmp_path: Path, ds: xr.Dataset, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "out.zarr", encoding="advise", patterns={"map": 1.0})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_advised_arrays_in_a_group_are_aligned_to_their_shards(tmp_path: Path) -> None:
+    ds = field({"time": 7})  # splits every candidate's shards
+    xarray_zarrmax.to_zarr(ds, tmp_path / "out.zarr", group="era5/surface", encoding="advise",
+                           patterns={"timeseries": 1.0}, advise_options={"costs": COSTS, "layouts": CANDIDATES})
+    assert stored_layout(tmp_path / "out.zarr" / "era5" / "surface", "t2m")[1] == list(TIME_FIRST.shards or ())
+    for engine in ("zarr", "zarrmax"):
+        with xr.open_dataset(tmp_path / "out.zarr", engine=engine, group="era5/surface") as got:
+            xr.testing.assert_identical(got.load(), ds.load())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -254,7 +255,8 @@ def parse_patterns(patterns: Mapping[str, PatternSpec]) -> dict[str, PatternSpec
                          f"patterns are {', '.join(KNOWN_PATTERNS)}")
     for name, spec in patterns.items():
         weight = spec[0] if isinstance(spec, tuple) else spec
-        if not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
+        if (isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight)
+                or weight <= 0):
             raise ValueError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
     return dict(patterns)
 
@@ -388,6 +390,89 @@ def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
     return np.asarray(block.values)
 
 
+def _advisable(var: Any) -> str | None:
+    """Why the advisor cannot lay out ``var`` (None: it can)."""
+    if var.ndim == 0:
+        return "it has no dimension"
+    if var.size == 0:
+        return f"it is empty (shape {tuple(var.shape)})"
+    if var.dtype.kind not in "biufcmM":
+        return f"its values are of dtype {var.dtype} (numbers, booleans, times)"
+    return None
+
+
+def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, tuple[str, ...]]:
+    """The data variable to advise on (``variable``, else the largest that can be laid out) and every data
+    variable of its dimensions and shape, which get the same layout."""
+    names = list(ds.data_vars)
+    if variable is None:
+        fit = [n for n in names if _advisable(ds[n]) is None]
+        if not fit:
+            why = "; ".join(f"{n!r}: {_advisable(ds[n])}" for n in names) or "it has none"
+            raise ValueError("expected a data variable with dimensions, none of them empty, and values that are "
+                             f"numbers, booleans or times, to advise on. Got none such: {why}.")
+        chosen = max(fit, key=lambda n: ds[n].size * ds[n].dtype.itemsize)
+    elif variable not in ds.data_vars:
+        raise ValueError(f"no data variable {variable!r}: the dataset has {[str(n) for n in names]}")
+    else:
+        chosen = variable
+        reason = _advisable(ds[chosen])
+        if reason is not None:
+            raise ValueError(f"cannot advise a layout for data variable {chosen!r}: {reason}")
+    var = ds[chosen]
+    same = tuple(str(n) for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
+    return str(chosen), same
+
+
+def _check_options(var: Any, *, budget_mb: Any, max_object_mb: Any, max_objects: Any,
+                   layouts: Sequence[Layout] | None, batch: Any) -> None:
+    """TypeError/ValueError for options the search could not use, before anything is probed."""
+    for name, value in (("budget_mb", budget_mb), ("max_object_mb", max_object_mb)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"expected {name} as a positive number of MB. Got {value!r} instead.")
+    if max_objects is not None and (isinstance(max_objects, bool) or not isinstance(max_objects, numbers.Integral)
+                                    or max_objects < 1):
+        raise ValueError(f"expected max_objects as a whole number >= 1. Got {max_objects!r} instead.")
+    if not isinstance(batch, Batch):
+        raise TypeError(f"expected batch as xarray_zarrmax.advise.Batch(windows, {{dim: size}}). Got {batch!r}.")
+    if layouts is None:
+        return
+    layouts = list(layouts)
+    if not layouts:
+        raise ValueError("expected at least one layout in layouts=. Got none.")
+    for layout in layouts:
+        shapes = (layout.chunks,) if not isinstance(layout, Layout) or layout.shards is None else (
+            layout.chunks, layout.shards)
+        if not isinstance(layout, Layout) or any(
+                len(sh) != var.ndim or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1
+                                           for n in sh) for sh in shapes):
+            raise ValueError(f"expected layouts of {var.ndim} positive chunk lengths (dimensions {var.dims}), "
+                             f"as Layout(chunks, shards or None). Got {layout!r}.")
+        if layout.shards is not None and any(s % c for s, c in zip(layout.shards, layout.chunks, strict=True)):
+            raise ValueError(f"expected shards that are whole multiples of the chunks. Got {layout!r}.")
+
+
+def check_request(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: Hashable | None = None,
+                  budget_mb: Any = None, max_object_mb: Any = None, max_objects: Any = None,
+                  layouts: Sequence[Layout] | None = None, batch: Any = Batch(),
+                  ) -> tuple[str, tuple[str, ...], dict[str, PatternSpec], dict[str, np.ndarray]]:
+    """Everything `advise` checks before it probes (no I/O but the coordinates' values): the variable, the
+    patterns against its dimensions, the constraints and layouts. Returns the variable, those laid out with it,
+    the patterns and the 1-D coordinates of its dimensions."""
+    chosen, same = advised_variables(ds, variable)
+    var = ds[chosen]
+    parsed = parse_patterns(patterns)
+    _check_options(var, budget_mb=budget_mb, max_object_mb=max_object_mb, max_objects=max_objects,
+                   layouts=layouts, batch=batch)
+    dims = tuple(str(d) for d in var.dims)
+    shape = tuple(int(n) for n in var.shape)
+    coords = {d: np.asarray(ds[d].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
+    for name, spec in parsed.items():
+        pattern_selections(name, spec, dims, shape, coords, chosen, batch)
+    return chosen, same, parsed, coords
+
+
 def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
            storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
            max_object_mb: float | None = None, max_objects: int | None = None, costs: Costs | None = None,
@@ -420,20 +505,12 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         True: a progress bar on stderr while the store is probed; False: none; or a callable
         ``(done, total, what)``.
     """
-    names = [str(n) for n in ds.data_vars]
-    if variable is None:
-        if not names:
-            raise ValueError("expected a dataset with at least one data variable. Got none.")
-        variable = max(names, key=lambda n: ds[n].size * ds[n].dtype.itemsize)
-    elif variable not in ds.data_vars:
-        raise ValueError(f"no data variable {variable!r}: the dataset has {names}")
+    variable, same, patterns, coords = check_request(ds, patterns, variable=variable, budget_mb=budget_mb,
+                                                     max_object_mb=max_object_mb, max_objects=max_objects,
+                                                     layouts=layouts, batch=batch)
     var = ds[variable]
-    patterns = parse_patterns(patterns)
     dims = tuple(str(d) for d in var.dims)
     shape = tuple(int(n) for n in var.shape)
-    coords = {d: np.asarray(ds[d].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
-    for name, spec in patterns.items():
-        pattern_selections(name, spec, dims, shape, coords, variable, batch)  # errors before any probing
     config = get_config()
     calibrated = costs is None and store is not None
     local = False
@@ -462,7 +539,6 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         max_objects=max_objects,
         task_memory_bytes=None if budget_mb is None else round(budget_mb * MB),
     )
-    same = tuple(n for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
     ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
                   layouts=layouts, coords=coords, variable=variable, variables=same, batch=batch)
     return AdviceReport(variable, dims, shape, {n: _weight(s) for n, s in patterns.items()}, costs, reader,

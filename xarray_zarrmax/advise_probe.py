@@ -26,6 +26,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ._redact import redact, scrubbed, secrets_in, url_secrets
+
 #: A progress callback: (step done, steps in all, what is being done).
 Progress = Callable[[int, int, str], None]
 
@@ -158,17 +160,21 @@ def probe_place(url: str) -> str:
     probe cut short leaves nothing inside the Zarr hierarchy. ``s3://b/x/y.zarr`` -> ``s3://b/x``,
     ``d/y.zarr`` -> ``d``."""
     scheme, sep, path = url.rpartition("://")
-    head = path.rstrip("/").rpartition("/")[0]
-    if sep:
-        return f"{scheme}{sep}{head or path.rstrip('/').split('/')[0]}"
-    return head or "."
+    trimmed = path.rstrip("/")
+    head = trimmed.rpartition("/")[0]
+    if sep and scheme.lower() != "file":
+        return f"{scheme}{sep}{head or trimmed.split('/')[0]}"  # a bucket's top level: the bucket
+    if not head:
+        head = "/" if trimmed.startswith("/") else "."  # "/x.zarr" lies in "/", "x.zarr" in "."
+    return f"{scheme}{sep}{head}" if sep else head
 
 
 def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *, large: int = 8 * 2**20,
                 repeats: int = 5, parallel: int = 8, many: int = 64,
                 progress: Progress | None = None) -> StoreProbe:
     """Time GETs against ``target`` (a local directory or an ``s3://bucket/prefix/``), then delete what was
-    written.
+    written. Errors come with the credentials masked (those in ``target``, ``storage_options`` and an
+    ``AWS_ENDPOINT_URL``) and a note naming the place probed.
 
     Parameters
     ----------
@@ -181,6 +187,19 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
     many
         Small GETs at once for the work per request and per new connection (best of 3 each).
     """
+    secrets = (*url_secrets(target), *secrets_in(storage_options), *url_secrets(os.environ.get("AWS_ENDPOINT_URL", "")))
+    try:
+        return _probe_store(target, storage_options, large=large, repeats=repeats, parallel=parallel, many=many,
+                            progress=progress)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while probing the store at {redact(target, secrets)} (timing a few GETs of objects "
+                         "written there for the purpose)")
+    raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+
+def _probe_store(target: str, storage_options: Mapping[str, Any] | None, *, large: int, repeats: int,
+                 parallel: int, many: int, progress: Progress | None) -> StoreProbe:
     steps = repeats + 5  # PUT, the latency GETs, many at once, one stream, parallel streams, DELETE
     done = 0
 
@@ -230,8 +249,14 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
             list(pool.map(lambda _: objects.get("large", large), range(parallel)))
             spread = max(time.perf_counter() - t0 - latency, 1e-6)
         step("GET in parallel")
-    finally:
-        objects.cleanup(names)
+    except BaseException as err:
+        try:
+            objects.cleanup(names)
+        except Exception as cleanup:  # the first failure is the one to report
+            err.add_note(f"deleting the probe objects failed too ({type(cleanup).__name__}: {cleanup}): delete "
+                         f"{objects.prefix} under the probed place yourself")
+        raise
+    objects.cleanup(names)
     step("DELETE probe objects")
     request_bps = large / one
     return StoreProbe(latency, request_bps, max(request_bps, parallel * large / spread), objects.local, request_s,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ._loop import gather_or_cancel, run_sync
+from .advise import advised_variables
 from .shard_encode import Encoded
 from .sinks import Sink, resolve_sink
 from .write_advise import advised_encoding, check_advise_request
@@ -127,6 +128,45 @@ async def _existed(staging: StagingStore, path: str) -> bool:
     if staging.base is None or staging._hidden(key):
         return False
     return bool(await staging.base.exists(key))
+
+
+def _staged(ds: Any, sink: Sink, encoding: Mapping[str, Any] | None,
+            staging_args: Mapping[str, Any]) -> tuple[StagingStore, _Recorder]:
+    """xarray's writer run against a staging store over ``sink``: nothing is written yet."""
+    from ._staging import StagingStore
+
+    staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
+    try:
+        return staging, _stage(ds, staging, encoding=encoding, **staging_args)
+    except Exception as err:
+        err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
+        raise
+
+
+def _with_advised_layout(ds: Any, store: Any, sink: Sink, patterns: Mapping[str, Any],
+                         advise_options: Mapping[str, Any] | None, storage_options: Mapping[str, Any] | None,
+                         staging_args: Mapping[str, Any]) -> tuple[Any, frozenset[str]]:
+    """``ds`` (a shallow copy) with the advisor's chunks and shards in the encoding of the variables it lays
+    out, the rest of their encoding kept (CF packing, compressors: as a write without encoding would), and
+    the paths of those arrays. Whatever xarray would refuse, and arrays that exist already, are refused
+    before the store is probed."""
+    _, names = advised_variables(ds, (advise_options or {}).get("variable"))
+    prefix = f"{staging_args['group'].strip('/')}/" if staging_args.get("group") else ""
+    paths = frozenset(prefix + n for n in names)
+    staging, recorder = _staged(ds, sink, None, staging_args)
+    existing = sorted(w.target.path for w in _array_writes(recorder, staging, staging_args["write_empty_chunks"])
+                      if w.target.path in paths and not w.target.fresh)
+    if existing:
+        raise ValueError(
+            f"encoding='advise' chooses the layout of new arrays; {existing} exist in {sink.label} already and "
+            f"keep their stored chunks and shards (mode={staging_args['mode']!r}). Write them without "
+            "encoding, or with mode='w' to replace the store."
+        )
+    layouts = advised_encoding(ds, store, patterns, advise_options, storage_options)
+    ds = ds.copy(deep=False)  # new variables, same data: the caller's encodings stay as they were
+    for name, layout in layouts.items():
+        ds[name].encoding = {**ds[name].encoding, "shards": None, **layout}
+    return ds, paths
 
 
 def _commit_metadata(sink: Sink, staging: StagingStore) -> None:
@@ -289,10 +329,11 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
     encoding
         As xarray, or ``"advise"``: the layout `xarray_zarrmax.advise` ranks best for ``patterns`` (chunks and
-        shards of the largest data variable and of those with its dimensions and shape; the others keep the
-        defaults). The store is probed beside the target (a path's folder, a URL's prefix; nothing is probed
-        for a store object unless ``advise_options["store"]`` names a place), then the data is rechunked to
-        the advised shards (``align_chunks``) and written. A line on stderr says the layout chosen.
+        shards of the largest data variable it can lay out and of those with its dimensions and shape; the rest
+        of their encoding is kept, and the other variables are written as without ``encoding``). The store is
+        probed beside the target (a path's folder, a URL's prefix; nothing is probed for a store object unless
+        ``advise_options["store"]`` names a place), then the data is rechunked to the advised shards
+        (``align_chunks``) and written. A line on stderr says the layout chosen.
     zarr_format
         3 only.
     compute
@@ -326,29 +367,26 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
     from dask.base import is_dask_collection
 
-    from ._staging import StagingStore
 
-    advised: frozenset[str] = frozenset()
-    if isinstance(encoding, str):
-        if encoding != "advise":
-            raise ValueError(f"expected encoding as a mapping of variable names, or 'advise'. Got {encoding!r}.")
-        check_advise_request(patterns, advise_options, region=region, append_dim=append_dim, mode=mode)
-        encoding = advised_encoding(ds, store, patterns, advise_options, storage_options)  # type: ignore[arg-type]
-        advised = frozenset(encoding)
+    if isinstance(encoding, str) and encoding != "advise":
+        raise ValueError(f"expected encoding as a mapping of variable names, or 'advise'. Got {encoding!r}.")
+    if encoding == "advise":
+        check_advise_request(ds, patterns, advise_options, region=region, append_dim=append_dim, mode=mode)
     elif patterns is not None or advise_options is not None:
         raise ValueError("patterns= and advise_options= apply to encoding='advise' only. Got encoding="
                          f"{'a mapping' if encoding is not None else None} with them.")
     sink = resolve_sink(store, storage_options)
-    staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
-    try:
-        recorder = _stage(ds, staging, mode=mode, group=group, encoding=encoding, consolidated=consolidated,
-                          region=region, append_dim=append_dim, write_empty_chunks=write_empty_chunks)
-    except Exception as err:
-        err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
-        raise
+    staging_args: dict[str, Any] = {"mode": mode, "group": group, "consolidated": consolidated, "region": region,
+                                    "append_dim": append_dim, "write_empty_chunks": write_empty_chunks}
+    advised: frozenset[str] = frozenset()  # paths of the arrays laid out by the advisor
+    if encoding == "advise":
+        ds, advised = _with_advised_layout(ds, store, sink, patterns or {}, advise_options, storage_options,
+                                           staging_args)
+        encoding = None
+    staging, recorder = _staged(ds, sink, encoding, staging_args)
     writes = _array_writes(recorder, staging, write_empty_chunks)
     # alignment errors before any write; advised variables are aligned to shards their writer never saw
-    arrays = [_as_dask(w, align_chunks or w.target.path.rpartition("/")[2] in advised) for w in writes]
+    arrays = [_as_dask(w, align_chunks or w.target.path in advised) for w in writes]
     _commit_metadata(sink, staging)
     collecting = sink.collects
     done = _done_collecting if collecting else _done

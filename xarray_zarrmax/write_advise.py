@@ -18,9 +18,10 @@ ADVISE_OPTIONS = frozenset({"variable", "store", "storage_options", "budget_mb",
                             "costs", "layouts", "batch", "progress"})
 
 
-def check_advise_request(patterns: Any, advise_options: Mapping[str, Any] | None, *, region: Any,
+def check_advise_request(ds: Any, patterns: Any, advise_options: Mapping[str, Any] | None, *, region: Any,
                          append_dim: Hashable | None, mode: str | None) -> None:
-    """ValueError/TypeError for a request the advisor cannot serve, before anything is probed or written."""
+    """ValueError/TypeError for a request the advisor cannot serve, before anything is probed or written (the
+    target is not even opened)."""
     if not isinstance(patterns, Mapping) or not patterns:
         raise ValueError(
             "encoding='advise' needs patterns=: the access patterns to make fast and their weights, e.g. "
@@ -36,9 +37,16 @@ def check_advise_request(patterns: Any, advise_options: Mapping[str, Any] | None
             "exist already and keep their stored chunks and shards. Write without encoding, or choose the "
             "layout when the arrays are first written."
         )
+    if advise_options is not None and not isinstance(advise_options, Mapping):
+        raise TypeError(f"expected advise_options as a mapping of advise()'s keywords. Got {advise_options!r}.")
     unknown = sorted(set(advise_options or {}) - ADVISE_OPTIONS)
     if unknown:
         raise TypeError(f"advise_options: unknown option(s) {unknown}; expected some of {sorted(ADVISE_OPTIONS)}")
+    from .advise import check_request
+
+    options = advise_options or {}
+    check_request(ds, patterns, **{k: options[k] for k in ("variable", "budget_mb", "max_object_mb", "max_objects",
+                                                           "layouts", "batch") if k in options})
 
 
 def default_probe(store: Any) -> str | None:
@@ -60,11 +68,19 @@ def advised_encoding(ds: Any, store: Any, patterns: Mapping[str, Any], advise_op
     from .advise import advise
 
     options = dict(advise_options or {})
-    if "store" not in options and "costs" not in options:
+    beside = "store" not in options and "costs" not in options
+    if beside:
         options["store"] = default_probe(store)
         if "storage_options" not in options and options["store"] is not None:
             options["storage_options"] = storage_options
-    report = advise(ds, patterns, **options)
+    try:
+        report = advise(ds, patterns, **options)
+    except Exception as err:
+        if beside and options["store"] is not None:
+            err.add_note("encoding='advise' probes the store beside the target unless told otherwise: "
+                         "advise_options={'store': '<a writable folder or s3:// prefix>'} probes there, "
+                         "{'store': None} assumes a remote object store's costs")
+        raise
     best = report.best
     if options.get("progress", True) is not False:
         place = str(options.get("store"))
