@@ -842,6 +842,21 @@ def test_icechunk_session_roundtrip_both_engines(repo: Any, chunked: bool) -> No
     check_icechunk_reads(repo, sample())
 
 
+def test_icechunk_group_as_dataset_to_zarr_writes_it(repo: Any) -> None:
+    # zarr asks whether the group's prefix is empty; Icechunk lists only prefixes of nodes that exist, so the
+    # staging store must ask it is_empty, as Dataset.to_zarr does, not list
+    ds = sample().chunk({"time": 8})
+    session = repo.writable_session("main")
+    xarray_zarrmax.to_zarr(ds, session, group="run/1", encoding={"temp": SHARDED})
+    session.commit("a group")
+    for engine, target in (("zarr", repo.readonly_session("main").store), ("zarrmax", repo.readonly_session("main"))):
+        with xr.open_dataset(target, engine=engine, group="run/1", consolidated=False) as got:
+            xr.testing.assert_identical(got.load(), sample())
+    again = repo.writable_session("main")
+    with pytest.raises(FileExistsError, match="Cannot create 'run/1' with mode 'w-' because it already contains"):
+        xarray_zarrmax.to_zarr(ds, again, group="run/1")  # as Dataset.to_zarr refuses it
+
+
 def test_icechunk_region_and_append_in_one_session(tmp_path: Path) -> None:
     """A region that cuts shards and an append to a partial last shard, in the session that wrote the data and
     before any commit: the merges read the session's own uncommitted shards (through the forks)."""

@@ -127,6 +127,23 @@ class StagingStore(Store):
         for key in nothing:
             yield key
 
+    async def is_empty(self, prefix: str) -> bool:
+        # The base's own answer where nothing under ``prefix`` was deleted here: Icechunk answers it for any
+        # prefix, but lists only prefixes of groups and arrays that exist (zarr's default is_empty lists).
+        if not await self.memory.is_empty(prefix):
+            return False
+        path = prefix.rstrip("/")
+        if self.base is None or self._hidden(path):
+            return True
+        if any(k == path or k.startswith(f"{path}/") or not path
+               for k in (*self.deleted_keys, *self.deleted_prefixes)):
+            return await super().is_empty(prefix)  # lists the base, hiding what was deleted
+        try:
+            return await self.base.is_empty(prefix)
+        except Exception as err:
+            failure = self._failure(err, "LIST", prefix)
+        raise failure
+
     def list(self) -> AsyncIterator[str]:
         base = self.base.list() if self.base is not None else self._empty()
         return self._merged(base, self.memory.list())
