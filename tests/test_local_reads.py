@@ -176,3 +176,34 @@ def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeyp
     with xarray_zarrmax.set_config(threads=1):
         np.testing.assert_array_equal(_open(tmp_path / "s.zarr").v.values, values)
         assert pool.jobs == 11 + 16  # one thread: never the pool
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypatch, threads):
+    # With one thread, a read of many objects fetched them all before decoding any: every compressed object
+    # in memory at once (512 MiB of fresh buffers for a 512 MiB array, 3x slower than reading and decoding
+    # each in turn). Per thread, reads and decodes must alternate.
+    import xarray_zarrmax.fetch as fetch
+    from xarray_zarrmax.stores import LocalSource
+
+    values = _write(tmp_path / "c.zarr", compressed=True)
+    events: list[tuple[int, str]] = []
+    read, place = LocalSource.read, fetch._place
+
+    def reading(self, key, max_size=None):
+        if key.startswith("v/c/"):  # data, not metadata
+            events.append((threading.get_ident(), "read"))
+        return read(self, key, max_size)
+
+    def placing(plan, out, work):
+        events.append((threading.get_ident(), "decode"))
+        return place(plan, out, work)
+
+    monkeypatch.setattr(LocalSource, "read", reading)
+    monkeypatch.setattr(fetch, "_place", placing)
+    with xarray_zarrmax.set_config(threads=threads):
+        np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
+    assert sum(what == "read" for _, what in events) == N // CHUNK
+    for thread in {t for t, _ in events}:
+        mine = [what for t, what in events if t == thread]
+        assert mine == ["read", "decode"] * (len(mine) // 2), mine
