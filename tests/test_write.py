@@ -857,6 +857,36 @@ def test_icechunk_group_as_dataset_to_zarr_writes_it(repo: Any) -> None:
         xarray_zarrmax.to_zarr(ds, again, group="run/1")  # as Dataset.to_zarr refuses it
 
 
+def test_staging_knows_what_is_left_under_a_prefix_after_deletes(tmp_path: Path) -> None:
+    # Icechunk refuses to list a prefix that is no group or array; with deletions staged under it, whether
+    # anything is left must still be answered (zarr asks is_empty before creating a group with mode "w-")
+    import asyncio
+
+    icechunk = pytest.importorskip("icechunk")
+    import zarr
+
+    from xarray_zarrmax._staging import StagingStore
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w", zarr_format=3)
+    root.create_group("x/y")
+    root.create_array("x/z", shape=(2,), dtype="i4")
+    session.commit("nodes")
+
+    async def answers() -> list[bool]:
+        staging = StagingStore(repo.readonly_session("main").store)
+        await staging.delete("x/y/zarr.json")
+        await staging.delete("x/q/zarr.json")  # a key under a prefix that is no node in the repository
+        found = [await staging.is_empty("x/y"), await staging.is_empty("x"), await staging.is_empty("x/q")]
+        await staging.delete_dir("x/z")
+        return [*found, await staging.is_empty("x/z"), await staging.is_empty("x/")]
+
+    # x/y is gone; x still holds its own zarr.json and x/z; x/q never held anything; then x/z is gone too,
+    # and x's zarr.json is left
+    assert asyncio.run(answers()) == [True, False, True, True, False]
+
+
 def test_icechunk_region_and_append_in_one_session(tmp_path: Path) -> None:
     """A region that cuts shards and an append to a partial last shard, in the session that wrote the data and
     before any commit: the merges read the session's own uncommitted shards (through the forks)."""

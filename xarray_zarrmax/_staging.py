@@ -137,7 +137,13 @@ class StagingStore(Store):
             return True
         if any(k == path or k.startswith(f"{path}/") or not path
                for k in (*self.deleted_keys, *self.deleted_prefixes)):
-            return await super().is_empty(prefix)  # lists the base, hiding what was deleted
+            # Something under it was deleted here: whether anything else is left needs a listing, of the whole
+            # store (any store lists that; Icechunk would refuse the prefix if it is no node), deletions hidden.
+            start = f"{path}/" if path else ""
+            async for key in self.list():
+                if key.startswith(start):
+                    return False
+            return True
         try:
             return await self.base.is_empty(prefix)
         except Exception as err:
