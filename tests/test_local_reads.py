@@ -183,27 +183,89 @@ def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypa
     # With one thread, a read of many objects fetched them all before decoding any: every compressed object
     # in memory at once (512 MiB of fresh buffers for a 512 MiB array, 3x slower than reading and decoding
     # each in turn). Per thread, reads and decodes must alternate.
-    import xarray_zarrmax.fetch as fetch
+    from xarray_zarrmax.decode import ChunkCodec
     from xarray_zarrmax.stores import LocalSource
 
     values = _write(tmp_path / "c.zarr", compressed=True)
     events: list[tuple[int, str]] = []
-    read, place = LocalSource.read, fetch._place
+    read, decode, decode_into = LocalSource.read, ChunkCodec.decode, ChunkCodec.decode_into
 
     def reading(self, key, max_size=None):
         if key.startswith("v/c/"):  # data, not metadata
             events.append((threading.get_ident(), "read"))
         return read(self, key, max_size)
 
-    def placing(plan, out, work):
+    def decoding(self, raw, where):
         events.append((threading.get_ident(), "decode"))
-        return place(plan, out, work)
+        return decode(self, raw, where)
+
+    def decoding_into(self, raw, out, where):
+        events.append((threading.get_ident(), "decode"))
+        return decode_into(self, raw, out, where)
 
     monkeypatch.setattr(LocalSource, "read", reading)
-    monkeypatch.setattr(fetch, "_place", placing)
+    monkeypatch.setattr(ChunkCodec, "decode", decoding)
+    monkeypatch.setattr(ChunkCodec, "decode_into", decoding_into)
     with xarray_zarrmax.set_config(threads=threads):
         np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
     assert sum(what == "read" for _, what in events) == N // CHUNK
     for thread in {t for t, _ in events}:
         mine = [what for t, what in events if t == thread]
         assert mine == ["read", "decode"] * (len(mine) // 2), mine
+
+
+def test_compressed_whole_chunks_skip_the_general_fetch(tmp_path, monkeypatch):
+    # Whole unsharded chunks read locally go file -> buffer -> decode into the output, with no coroutine,
+    # budget or work item between (about a quarter of the CPU of a 0.8 MB-chunk read, docs/performance-analysis.md).
+    import xarray_zarrmax.fetch as fetch
+
+    values = _write(tmp_path / "c.zarr", compressed=True)
+    os.remove(tmp_path / "c.zarr" / "v" / "c" / "1")  # a missing chunk reads as the fill value
+    values[CHUNK:2 * CHUNK] = 0
+    monkeypatch.setattr(fetch, "_fetch_object", lambda *a, **k: pytest.fail("whole chunks took the general path"))
+    ds = _open(tmp_path / "c.zarr")
+    with request_counts() as counts:
+        got = ds.v.values
+    np.testing.assert_array_equal(got, values)
+    np.testing.assert_array_equal(got, xr.open_dataset(tmp_path / "c.zarr", engine="zarr").v.values)
+    assert counts.total("get") == 3  # each present chunk, once
+
+
+@pytest.mark.parametrize("changes", [1, 3])
+def test_a_chunk_rewritten_while_read_is_read_again_then_refused(tmp_path, monkeypatch, changes):
+    from xarray_zarrmax.stores import LocalSource, ObjectChanged
+
+    values = _write(tmp_path / "c.zarr", compressed=True)
+    read, seen = LocalSource.read, []
+
+    def changing(self, key, max_size=None):
+        if key == "v/c/2" and len(seen) < changes:
+            seen.append(key)
+            raise ObjectChanged(key)  # what read raises when the file's size or times moved during the read
+        return read(self, key, max_size)
+
+    monkeypatch.setattr(LocalSource, "read", changing)
+    if changes < 3:
+        np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
+        assert seen == ["v/c/2"] * changes
+    else:
+        with pytest.raises(StoreAccessError, match=r"array 'v', key 'v/c/2' on file://.* changed 3 times while it "
+                                                   r"was being read: a writer is rewriting it"):
+            _open(tmp_path / "c.zarr").v.values
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_short_reads_are_continued(tmp_path, monkeypatch, compressed):
+    # preadv may return fewer bytes than asked before the end of a file (signals, some file systems).
+    values = _write(tmp_path / "c.zarr", compressed=compressed)
+    real, calls = os.preadv, []
+
+    def short(fd, buffers, offset):
+        (buf,) = buffers
+        calls.append(offset)
+        view = memoryview(buf).cast("B")
+        return real(fd, [view[:min(len(view), 100_000)]], offset)
+
+    monkeypatch.setattr(xarray_zarrmax.stores.os, "preadv", short)
+    np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
+    assert len(calls) > 4 * 8  # more than one call per chunk: each chunk came in pieces

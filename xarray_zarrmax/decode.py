@@ -129,13 +129,15 @@ class ChunkCodec:
 def zstd_content_size(data: Any) -> int | None:
     """The decompressed size a zstd frame header declares, or None when it does not say or is not a zstd
     frame (then decoding it fails and says so)."""
-    head = bytes(memoryview(data).cast("B")[:4])
-    if len(head) == 4 and int.from_bytes(head, "little") & 0xFFFFFFF0 == 0x184D2A50:
-        return None  # a skippable frame first: its "size" is not the chunk's (zstandard reports 0)
     try:
         size = zstandard.frame_content_size(data)
     except zstandard.ZstdError:
         return None
+    if size > 0:
+        return size  # a skippable frame reports 0, never a size: no need to look for one
+    head = bytes(memoryview(data).cast("B")[:4])
+    if len(head) == 4 and int.from_bytes(head, "little") & 0xFFFFFFF0 == 0x184D2A50:
+        return None  # a skippable frame first: its "size" is not the chunk's (zstandard reports 0)
     return size if size >= 0 else None
 
 

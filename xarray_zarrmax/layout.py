@@ -233,11 +233,12 @@ def plan_reads(axes: Selection, shape: Sequence[int], outer: Sequence[int], inne
         per_dim.append(groups)
     reads: list[ObjectRead] = []
     for coords in itertools.product(*(sorted(g) for g in per_dim)):
-        pieces = [
-            Piece(tuple(p[0] for p in combo), tuple(p[1] for p in combo), tuple(p[2] for p in combo),
-                  all(p[3] for p in combo))
-            for combo in itertools.product(*(g[s] for g, s in zip(per_dim, coords, strict=True)))
-        ]
+        pieces = []
+        for combo in itertools.product(*(g[s] for g, s in zip(per_dim, coords, strict=True))):
+            # per dimension, as the four fields want (nothing for a 0-d array)
+            fields: Any = zip(*combo, strict=True) if combo else ((), (), (), ())
+            coords_in, regions, outs, wholes = fields
+            pieces.append(Piece(coords_in, regions, outs, all(wholes)))
         reads.append((tuple(coords), pieces))
     return reads
 

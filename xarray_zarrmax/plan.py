@@ -31,10 +31,11 @@ class KeyEncoding:
     v2_style: bool
 
     def key(self, coords: tuple[int, ...]) -> str:
+        sep = self.separator
         if self.v2_style:
-            name = self.separator.join(map(str, coords)) if coords else "0"
+            name = sep.join(map(str, coords)) if coords else "0"
         else:
-            name = "c" + "".join(self.separator + str(i) for i in coords)
+            name = f"c{sep}{sep.join(map(str, coords))}" if coords else "c"
         return f"{self.path}/{name}" if self.path else name
 
 

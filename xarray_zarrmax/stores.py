@@ -191,7 +191,8 @@ def check_size(source: ByteSource, key: str, size: int, max_size: int) -> None:
 def _checked_key(source: ByteSource, key: str) -> str:
     """``key`` if it names an object inside the store, else ValueError (as zarr-python's normalize_path): no
     key, whatever the metadata or the caller says, may read outside the store's root."""
-    if key.startswith("/") or any(segment in (".", "..") for segment in key.split("/")):
+    bounded = f"/{key}/"  # a "." or ".." segment, first, last or between slashes
+    if key.startswith("/") or "/./" in bounded or "/../" in bounded:
         raise ValueError(
             f"expected a key inside the store: relative, without '.' or '..' segments. Got {key!r} on "
             f"{source.label} instead."
@@ -201,8 +202,10 @@ def _checked_key(source: ByteSource, key: str) -> str:
 
 def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
     """Fill ``buf`` from ``offset`` (reads may come back short); returns the bytes read, fewer only at EOF."""
+    done = os.preadv(fd, [buf], offset)  # the common case: all of it at once
+    if done == buf.nbytes or done == 0:
+        return done
     view = memoryview(buf).cast("B")
-    done = 0
     while done < len(view):
         n = os.preadv(fd, [view[done:]], offset + done)
         if n == 0:
@@ -236,7 +239,9 @@ def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
     This catches a write that starts during the read. One already under way when the read began (its
     timestamps set before our first fstat) is not visible: no reader without a lock can tell; engine="zarr"
     returns such bytes too. Writers that replace files atomically (zarr-python's, ours) are always safe."""
-    if _file_version(os.fstat(fd)) != _file_version(before):
+    after = os.fstat(fd)  # the descriptor's file: device and inode cannot change
+    if (after.st_size != before.st_size or after.st_mtime_ns != before.st_mtime_ns
+            or after.st_ctime_ns != before.st_ctime_ns):
         raise ObjectChanged(key)
 
 
@@ -255,6 +260,7 @@ class LocalSource(ByteSource):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._root = str(self.root)
         self.label = f"file://{self.root}"
         self._zarr_store: Any = None
 
@@ -262,7 +268,8 @@ class LocalSource(ByteSource):
         return (LocalSource, (str(self.root),))
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *_checked_key(self, key).split("/"))
+        return f"{self._root}{os.sep}{_checked_key(self, key)}" if os.sep == "/" else \
+            os.path.join(self._root, *_checked_key(self, key).split("/"))
 
     def _open(self, key: str) -> tuple[int, os.stat_result] | None:
         """The object's descriptor and its fstat (every read needs both), or None when there is no object."""
