@@ -134,6 +134,26 @@ def test_truncated_zstd_frame(tmp_path, n):
         read_all(tmp_path / "s.zarr")
 
 
+@pytest.mark.parametrize(("n", "cut"), [(4, 3), (1000, 100)])
+def test_truncated_blosc_chunk_is_an_error_not_values_never_stored(tmp_path, n, cut):
+    # A tiny chunk blosc stored as is, cut by 3 bytes: numcodecs read past the buffer's end and zarr-python
+    # (engine="zarr" too) returned a value that was never written; we returned uninitialised memory.
+    from zarr.codecs import BloscCodec
+
+    group = zarr.open_group(tmp_path / "b.zarr", mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(2 * n,), chunks=(n,), dtype="f8", compressors=[BloscCodec()],
+                             dimension_names=["x"])
+    arr[:] = np.arange(2 * n) + 0.5
+    chunk = tmp_path / "b.zarr" / "v" / "c" / "1"
+    whole = chunk.read_bytes()
+    chunk.write_bytes(whole[:-cut])
+    with pytest.raises(CorruptDataError, match=rf"array 'v', key 'v/c/1': blosc buffer holds {len(whole) - cut} "
+                                               rf"bytes, its header says {len(whole)}: the chunk is truncated"):
+        read_all(tmp_path / "b.zarr")
+    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "b.zarr", engine="zarrmax").v[:n].values,
+                                  np.arange(n) + 0.5)  # the intact chunk still reads
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=st.binary(max_size=200))
 def test_fuzz_small_zstd_chunk(tmp_path, raw):

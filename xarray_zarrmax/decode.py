@@ -64,6 +64,8 @@ class ChunkCodec:
         """(compressed bytes, compressor, declared size): checksums verified, and a declared size that differs
         from the chunk's refused before anything is decompressed."""
         data, compressor = self._unwrap(raw, where)
+        if compressor == "blosc":
+            check_blosc_length(data, where)
         declared = declared_size(compressor, data) if compressor is not None else None
         if declared is not None and declared != self.nbytes:
             raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
@@ -149,6 +151,17 @@ def declared_size(compressor: str, data: Any) -> int | None:
         view = memoryview(data).cast("B")
         return int.from_bytes(view[4:8], "little") if len(view) >= 16 else None
     return None
+
+
+def check_blosc_length(data: Any, where: str) -> None:
+    """Refuse a blosc buffer shorter than its header says (bytes 12-16): numcodecs reads such a buffer past its
+    end (a chunk cut short decoded, with zarr-python too, into values never stored)."""
+    view = memoryview(data).cast("B")
+    if len(view) >= 16:
+        stored = int.from_bytes(view[12:16], "little")
+        if len(view) < stored:
+            raise CorruptDataError(f"{where}: blosc buffer holds {len(view)} bytes, its header says {stored}: "
+                                   "the chunk is truncated")
 
 
 def check_crc32c(data: Any, where: str) -> memoryview:
