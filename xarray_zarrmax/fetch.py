@@ -329,15 +329,10 @@ def _read_local_whole(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read
         if not found:
             target[...] = plan.fill_value
         return True
-    limit = max_object_size(None, codec.nbytes)
-    for _ in range(_ATTEMPTS):
-        try:
-            got = source.read(key, limit)
-            break
-        except ObjectChanged:
-            continue
-    else:
-        raise _changed_too_often(plan, source, key)
+    try:
+        got = source.read_settled(key, max_object_size(None, codec.nbytes))
+    except StoreAccessError:  # changed under every read: say which array, as the general path does
+        raise _changed_too_often(plan, source, key) from None
     if got is None:
         target[...] = plan.fill_value
     else:

@@ -369,12 +369,12 @@ class LocalSource(ByteSource):
             os.close(fd)
         return _file_fetched(buf[:n], st)
 
-    def read_settled(self, key: str) -> Fetched | None:
+    def read_settled(self, key: str, max_size: int | None = None) -> Fetched | None:
         """`read`, again when the file was modified in place while it was read (for callers with no retry of
-        their own: metadata, the read of a merge), up to 3 times, then `StoreAccessError`."""
+        their own: metadata, the read of a merge, a whole local chunk), up to 3 times, then `StoreAccessError`."""
         for _ in range(_LOCAL_ATTEMPTS):
             try:
-                return self.read(key)
+                return self.read(key, max_size)
             except ObjectChanged:
                 continue
         raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
