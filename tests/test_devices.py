@@ -160,3 +160,20 @@ def test_cuda_gives_zarr_answers(tmp_path_factory, spec):
     ours = xr.open_dataset(path, engine="zarrmax", chunks={}, device="cuda", mask_and_scale=False)
     oracle = xr.open_dataset(path, engine="zarr", consolidated=False, mask_and_scale=False)
     np.testing.assert_array_equal(cupy.asnumpy(ours["v"].compute().data), oracle["v"].values)
+
+
+def test_a_chunk_of_several_zstd_frames_is_refused_on_the_device_and_read_on_the_cpu(tmp_path):
+    """Legal zstd (numcodecs and our CPU path read across frames), but nvCOMP decodes one frame a chunk: the
+    device path says so instead of handing the batch a chunk it would decode short."""
+    import zstandard
+
+    group = zarr.open_group(str(tmp_path / "f.zarr"), mode="w", zarr_format=3)
+    group.create_array("v", shape=(64,), chunks=(64,), dtype="i4", dimension_names=["x"])[:] = np.arange(64)
+    payload = np.arange(64, dtype="i4").tobytes()
+    sized = zstandard.ZstdCompressor(write_content_size=True).compress
+    (tmp_path / "f.zarr" / "v" / "c" / "0").write_bytes(sized(payload[:100]) + sized(payload[100:]))
+    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "f.zarr", engine="zarrmax")["v"].values,
+                                  np.arange(64))
+    with pytest.raises(CorruptDataError, match=r"key 'v/c/0': zstd frame holds 100 bytes, expected 256 .*"
+                                               r"device='cuda' decodes zstd chunks of one frame only"):
+        xr.open_dataset(tmp_path / "f.zarr", engine="zarrmax", device=HostDevice())["v"].values  # noqa: B018

@@ -11,7 +11,7 @@ from . import accessor as accessor  # registers ds.zarrmax with xarray
 from .accounting import RequestCounts, request_counts
 from .advise import AdviceReport, advise
 from .config import Config, get_config, set_config
-from .errors import CorruptDataError, MetadataError, StoreAccessError, ZarrmaxError
+from .errors import CorruptDataError, DecodeError, MetadataError, StoreAccessError, ZarrmaxError
 from .stores import glob
 from .write import to_zarr
 
@@ -21,6 +21,7 @@ __all__ = [
     "AdviceReport",
     "Config",
     "CorruptDataError",
+    "DecodeError",
     "MetadataError",
     "RequestCounts",
     "StoreAccessError",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .errors import CorruptDataError
+from .errors import CorruptDataError, DecodeError
 
 FAST_KINDS = "biufc"
 _BYTES_CODECS = ("zstd", "blosc", "gzip", "zlib", "crc32c")
@@ -60,16 +60,23 @@ class ChunkCodec:
                 return data, name
         return data, None
 
-    def frame(self, raw: Any, where: str) -> tuple[Any, str | None, int | None]:
-        """(compressed bytes, compressor, declared size): checksums verified, and a declared size that differs
-        from the chunk's refused before anything is decompressed."""
+    def frame(self, raw: Any, where: str, single_frame: bool = False) -> tuple[Any, str | None, int | None]:
+        """(compressed bytes, compressor, declared size): checksums verified, and a declared size that cannot
+        be the chunk's refused before anything is decompressed.
+
+        A zstd chunk may be several frames (RFC 8878; numcodecs, zarr's decoder, reads across them): a first
+        frame that declares fewer bytes than the chunk holds is then reported as not declaring a size, and
+        decoded across frames with a bound. ``single_frame`` refuses it instead (nvCOMP decodes one frame)."""
         data, compressor = self._unwrap(raw, where)
         if compressor == "blosc":
             check_blosc_length(data, where)
         declared = declared_size(compressor, data) if compressor is not None else None
         if declared is not None and declared != self.nbytes:
+            if compressor == "zstd" and declared < self.nbytes and not single_frame:
+                return data, compressor, None
+            several = " (device='cuda' decodes zstd chunks of one frame only)" if single_frame else ""
             raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
-                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
+                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}{several}")
         return data, compressor, declared
 
     def decode(self, raw: Any, where: str) -> np.ndarray:
@@ -213,19 +220,26 @@ def _small_zstd(raw: Any, nbytes: int) -> bytes | None:
 def _zstd_bounded(data: Any, nbytes: int, where: str, declared: int | None) -> bytes:
     """A zstd chunk decoded with this thread's context, refused once it produces more than ``nbytes``.
 
-    A chunk is all of its bytes, as numcodecs (zarr's decoder) reads it: bytes after the frame are an error,
-    not ignored (``allow_extra_data=False``). Where the first frame does not declare its size, the chunk may
-    be several frames, or start with a skippable one: those are read across frames, at most ``nbytes + 1``
-    bytes (python-zstandard's one-shot call stops after the first frame without a size and says nothing)."""
+    A chunk is all of its bytes, as numcodecs (zarr's decoder) reads it: several frames, skippable ones
+    included, are read across, at most ``nbytes + 1`` bytes, and bytes that are no frame are an error, never
+    ignored. The one-shot call, tried first where the first frame declares the chunk's size, stops after one
+    frame (and after the first frame without a size, saying nothing), so it only serves a chunk of one frame."""
     dctx = _thread_dctx()
-    try:
-        if declared is not None:
+    one_frame = None
+    if declared is not None:
+        try:
             return dctx.decompress(data, max_output_size=nbytes, allow_extra_data=False)
+        except zstandard.ZstdError as err:
+            one_frame = err  # corrupt, or frames after the first (a skippable one, say): read across frames
+    try:
         out = dctx.stream_reader(data, read_across_frames=True).read(nbytes + 1)
     except zstandard.ZstdError as err:
-        raise CorruptDataError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
+        raise DecodeError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
+    if one_frame is not None and len(out) != nbytes:
+        # The stream reader stops quietly at the end of a truncated frame: the one-shot error says what it was.
+        raise DecodeError(f"{where}: zstd could not decode the chunk (ZstdError: {one_frame})") from None
     if len(out) > nbytes:
-        raise CorruptDataError(f"{where}: zstd could not decode the chunk: its frames hold more than {nbytes} bytes")
+        raise DecodeError(f"{where}: zstd could not decode the chunk: its frames hold more than {nbytes} bytes")
     return out
 
 
@@ -247,7 +261,7 @@ def _decompress(name: str, data: Any, out: np.ndarray | None, where: str) -> Any
     try:
         result = _decoder(name).decode(data, out=out) if out is not None else _decoder(name).decode(data)
     except Exception as err:
-        raise CorruptDataError(f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") from None
+        raise DecodeError(f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") from None
     if out is not None and result is not out:
         produced = np.frombuffer(result, dtype=np.uint8).size
         if produced != out.size:

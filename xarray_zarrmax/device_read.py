@@ -121,4 +121,4 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
 
 def _frame(codec: ChunkCodec, work: Work) -> Any:
     """The zstd frame of one chunk, its crc32c (if any) and declared size checked on the host first."""
-    return codec.frame(work.raw, work.where)[0]
+    return codec.frame(work.raw, work.where, single_frame=True)[0]

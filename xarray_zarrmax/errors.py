@@ -19,6 +19,10 @@ class CorruptDataError(ZarrmaxError, ValueError):
     """Stored bytes are inconsistent: truncated objects, bad shard indexes, checksum mismatches."""
 
 
+class DecodeError(CorruptDataError, RuntimeError):
+    """A decompressor failed on a chunk's bytes (zarr-python: numcodecs' RuntimeError for zstd and blosc)."""
+
+
 class MetadataError(ZarrmaxError, ValueError):
     """Zarr metadata that is missing, malformed or of an unsupported format."""
 
