@@ -297,6 +297,16 @@ def test_probe_store_measures_and_cleans_up(tmp_path: Path) -> None:
     assert [d for d, _, _ in steps] == list(range(1, steps[0][1] + 1))
 
 
+def test_probe_of_a_folder_that_does_not_exist_leaves_no_folder_behind(tmp_path: Path) -> None:
+    """A probe beside a store not written yet (``to_zarr(..., encoding="advise")`` into new folders) makes
+    the folders it needs and removes them after: a mistyped ``--store`` leaves no tree of empty folders."""
+    probe_store(str(tmp_path / "new" / "deeper"), large=2**16, repeats=1, many=2, parallel=2)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    probe_store(str(tmp_path / "kept" / "new"), large=2**16, repeats=1, many=2, parallel=2)
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
 def test_advise_probes_the_store_with_a_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = advise(dataset(), {"random-batch": 1.0}, store=str(tmp_path))
     assert report.calibrated and report.reader.local and "store probed" in str(report)

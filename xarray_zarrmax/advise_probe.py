@@ -88,8 +88,10 @@ class _Objects:
         self.target, self.storage_options = target, storage_options
         scheme = target.split("://", 1)[0].lower() if "://" in target else ""
         self.local = scheme in ("", "file")
+        self.made: list[Path] = []  # folders above the probe's own that did not exist: removed after, too
         if self.local:
             self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
+            self.made = [p for p in reversed(self.root.parents) if not p.exists()]
             self.root.mkdir(parents=True)
         elif scheme == "s3":
             self.reconnect()
@@ -148,6 +150,11 @@ class _Objects:
             for name in names:
                 (self.root / name).unlink(missing_ok=True)
             self.root.rmdir()
+            for folder in reversed(self.made):  # deepest first; one someone else filled meanwhile stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
         else:
             import obstore
 
