@@ -214,6 +214,92 @@ def test_fuzz_small_zstd_chunk(tmp_path, raw):
     np.testing.assert_array_equal(got, zarr.open_array(tmp_path / "s.zarr", path="v")[:])
 
 
+_SKIPPABLE = struct.pack("<II", 0x184D2A5F, 3) + b"xyz"
+
+
+@pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
+@pytest.mark.parametrize("case", ["one byte cut", "a byte after", "an incomplete skippable frame after",
+                                  "the start of another frame after", "a skippable frame only", "an empty frame",
+                                  "no bytes"])
+def test_zstd_chunk_with_an_incomplete_frame_is_refused_as_zarr_refuses_it(tmp_path, n, case):
+    """Whole frames holding the chunk, then bytes that are no whole frame (or nothing that holds data): zarr
+    raises RuntimeError (numcodecs); python-zstandard's stream reader stopped quietly there and returned the
+    values. Found by an adversarial review of the several-frames change."""
+    from xarray_zarrmax import DecodeError
+
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    payload = np.arange(n, dtype="i4").tobytes()
+    half = 4 * (n // 2)
+    sized = zstandard.ZstdCompressor(write_content_size=True, write_checksum=True).compress
+    two = sized(payload[:half]) + sized(payload[half:])
+    chunk.write_bytes({
+        "one byte cut": two[:-1],
+        "a byte after": two + b"\x01",
+        "an incomplete skippable frame after": two + _SKIPPABLE[:-1],
+        "the start of another frame after": chunk.read_bytes() + sized(payload)[:20],
+        "a skippable frame only": _SKIPPABLE,
+        "an empty frame": sized(b""),
+        "no bytes": b"",
+    }[case])
+    with pytest.raises(RuntimeError):
+        xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False)["v"].values  # noqa: B018
+    with pytest.raises(DecodeError, match=r"array 'v', key 'v/c/0': zstd could not decode the chunk"):
+        read_all(tmp_path / "s.zarr")
+
+
+@st.composite
+def _frame_sequences(draw):
+    """A chunk's payload as a sequence of frames (with or without sizes, checksums), skippable frames among
+    them; then maybe cut short, or followed by a byte that is no frame. Returns (bytes, whether valid)."""
+    n = draw(st.integers(1, 3000))
+    payload = np.arange(n, dtype="i4").tobytes()
+    cuts = sorted(draw(st.sets(st.integers(1, len(payload) - 1), max_size=3))) if len(payload) > 1 else []
+    segments, start = [], 0
+    for end in [*cuts, len(payload)]:
+        if draw(st.booleans()):
+            segments.append(_SKIPPABLE)
+        part = payload[start:end]
+        level, sized, checksum = draw(st.integers(1, 5)), draw(st.booleans()), draw(st.booleans())
+        compressor = zstandard.ZstdCompressor(level=level, write_content_size=sized, write_checksum=checksum)
+        if sized:
+            segments.append(compressor.compress(part))
+        else:
+            stream = compressor.compressobj()
+            segments.append(stream.compress(part) + stream.flush())
+        start = end
+    if draw(st.booleans()):
+        segments.append(_SKIPPABLE)
+    data = b"".join(segments)
+    ending = draw(st.sampled_from(["whole", "cut", "junk"]))
+    if ending == "cut":
+        cut = draw(st.integers(1, len(data)))
+        boundaries = np.cumsum([len(s) for s in segments])
+        kept = data[:len(data) - cut]
+        # still valid only if the cut falls on a boundary and takes trailing skippable frames alone
+        after = [s for s, b in zip(segments, boundaries, strict=True) if b > len(kept)]
+        valid = len(kept) in set(boundaries) and all(s == _SKIPPABLE for s in after)
+        return n, kept, valid
+    if ending == "junk":
+        return n, data + b"\x00" + bytes(draw(st.binary(max_size=8))), False
+    return n, data, True
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_frame_sequences())
+def test_fuzz_zstd_chunks_of_many_frames(tmp_path, case):
+    """Frames that hold exactly the chunk read as the chunk, whatever their mix; anything cut short or followed
+    by a byte that is no frame is an error."""
+    n, data, valid = case
+    chunk = _zstd_array(tmp_path / "s.zarr", n)
+    chunk.parent.mkdir(parents=True, exist_ok=True)  # [0]: all fill value, zarr wrote no chunk
+    chunk.write_bytes(data)
+    if valid:
+        np.testing.assert_array_equal(read_all(tmp_path / "s.zarr"), np.arange(n, dtype="i4"))
+    else:
+        with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/0'"):
+            read_all(tmp_path / "s.zarr")
+
+
 def test_huge_declared_shape_is_refused_at_open(tmp_path):
     group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)
     group.create_array("v", shape=(2**62,), chunks=(1,), dtype="u1", dimension_names=["x"])

@@ -18,6 +18,7 @@ import numpy as np
 import zstandard
 
 from .errors import CorruptDataError, DecodeError
+from .zstd_frames import decode_frames
 
 FAST_KINDS = "biufc"
 _BYTES_CODECS = ("zstd", "blosc", "gzip", "zlib", "crc32c")
@@ -220,27 +221,17 @@ def _small_zstd(raw: Any, nbytes: int) -> bytes | None:
 def _zstd_bounded(data: Any, nbytes: int, where: str, declared: int | None) -> bytes:
     """A zstd chunk decoded with this thread's context, refused once it produces more than ``nbytes``.
 
-    A chunk is all of its bytes, as numcodecs (zarr's decoder) reads it: several frames, skippable ones
-    included, are read across, at most ``nbytes + 1`` bytes, and bytes that are no frame are an error, never
-    ignored. The one-shot call, tried first where the first frame declares the chunk's size, stops after one
-    frame (and after the first frame without a size, saying nothing), so it only serves a chunk of one frame."""
+    A chunk is all of its bytes, as numcodecs (zarr's decoder) reads it: one frame, or several (skippable ones
+    included), and bytes that are no whole frame are an error, never ignored. The one-shot call serves a chunk
+    of one frame that declares the chunk's size; anything else is split into its frames first
+    (`zstd_frames.decode_frames`: python-zstandard's readers stop quietly at an incomplete frame)."""
     dctx = _thread_dctx()
-    one_frame = None
     if declared is not None:
         try:
             return dctx.decompress(data, max_output_size=nbytes, allow_extra_data=False)
-        except zstandard.ZstdError as err:
-            one_frame = err  # corrupt, or frames after the first (a skippable one, say): read across frames
-    try:
-        out = dctx.stream_reader(data, read_across_frames=True).read(nbytes + 1)
-    except zstandard.ZstdError as err:
-        raise DecodeError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
-    if one_frame is not None and len(out) != nbytes:
-        # The stream reader stops quietly at the end of a truncated frame: the one-shot error says what it was.
-        raise DecodeError(f"{where}: zstd could not decode the chunk (ZstdError: {one_frame})") from None
-    if len(out) > nbytes:
-        raise DecodeError(f"{where}: zstd could not decode the chunk: its frames hold more than {nbytes} bytes")
-    return out
+        except zstandard.ZstdError:
+            pass  # corrupt, or frames after the first: the frames say which, and where
+    return decode_frames(dctx, data, nbytes, where)
 
 
 _decoders: dict[str, Any] = {}
