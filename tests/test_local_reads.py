@@ -269,3 +269,34 @@ def test_short_reads_are_continued(tmp_path, monkeypatch, compressed):
     monkeypatch.setattr(xarray_zarrmax.stores.os, "preadv", short)
     np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
     assert len(calls) > 4 * 8  # more than one call per chunk: each chunk came in pieces
+
+
+def _one_shard(path: Path) -> np.ndarray:
+    """One 64-chunk shard of 8 kB zstd chunks (int64): a read of it is one object, decoded in batches."""
+    values = np.arange(64 * 1000, dtype="i8")
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("v", shape=values.shape, chunks=(1000,), shards=(64_000,), dtype="i8", dimension_names=["x"],
+                       compressors=[ZstdCodec(level=1)])[:] = values
+    return values
+
+
+@pytest.mark.parametrize("bad", [0, 63])  # the first batch, or the last
+def test_a_corrupt_chunk_in_a_shard_decoded_on_the_pool_is_an_error(tmp_path, monkeypatch, bad):
+    import xarray_zarrmax.fetch as fetch
+    from xarray_zarrmax.decode import ChunkCodec
+
+    _one_shard(tmp_path / "s.zarr")
+    monkeypatch.setattr(fetch, "JOB_BYTES", 64_000)
+    decode_into = ChunkCodec.decode_into
+
+    def failing(self, raw, out, where):
+        if where.endswith(f"chunk ({bad},)"):
+            raise CorruptDataError(f"{where}: spoiled on purpose")
+        return decode_into(self, raw, out, where)
+
+    monkeypatch.setattr(ChunkCodec, "decode_into", failing)
+    with xarray_zarrmax.set_config(threads=2), pytest.raises(CorruptDataError, match="spoiled on purpose"):
+        _open(tmp_path / "s.zarr").v.values  # noqa: B018
+    monkeypatch.setattr(ChunkCodec, "decode_into", decode_into)
+    with xarray_zarrmax.set_config(threads=2):  # the pool is not left stuck
+        np.testing.assert_array_equal(_open(tmp_path / "s.zarr").v.values, np.arange(64 * 1000))
