@@ -249,6 +249,33 @@ def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
 _LOCAL_ATTEMPTS = 3
 
 
+class OpenedFile:
+    """One local object held open while it is read in pieces: every piece comes from this descriptor and its
+    fstat is the version, so pieces and version belong together (also when the file is replaced meanwhile).
+    `check_unchanged` at the end catches an in-place rewrite that started during the reads."""
+
+    def __init__(self, source: LocalSource, key: str, fd: int, st: os.stat_result) -> None:
+        self.source, self.key, self._fd, self._st = source, key, fd, st
+        self.size = st.st_size
+        self.version = _file_version(st)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Bytes [start, stop), fewer only where the file ends first; counted as a request."""
+        buf = np.empty(max(stop - start, 0), dtype=np.uint8)
+        n = _pread_into(self._fd, buf, start)
+        accounting.record(self.source.label, "get", self.key, n)
+        return buf[:n]
+
+    def fetched(self, data: np.ndarray) -> Fetched:
+        return _file_fetched(data, self._st)
+
+    def check_unchanged(self) -> None:
+        _check_unchanged(self._fd, self._st, self.key)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class LocalSource(ByteSource):
     """A directory on a local file system: positional reads into preallocated buffers, no event loop.
 
@@ -284,6 +311,11 @@ class LocalSource(ByteSource):
             os.close(fd)
             return None
         return fd, st
+
+    def open_file(self, key: str) -> OpenedFile | None:
+        """The object held open for reads in pieces (close it), or None when there is no object."""
+        opened = self._open(key)
+        return None if opened is None else OpenedFile(self, key, *opened)
 
     def read(self, key: str, max_size: int | None = None) -> Fetched | None:
         opened = self._open(key)
