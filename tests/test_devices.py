@@ -162,18 +162,53 @@ def test_cuda_gives_zarr_answers(tmp_path_factory, spec):
     np.testing.assert_array_equal(cupy.asnumpy(ours["v"].compute().data), oracle["v"].values)
 
 
-def test_a_chunk_of_several_zstd_frames_is_refused_on_the_device_and_read_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("case", ["two sized frames", "two unsized frames", "a skippable frame first",
+                                  "a skippable frame last", "a second frame beyond the chunk"])
+def test_a_chunk_of_several_zstd_frames_is_refused_on_the_device_and_read_on_the_cpu(tmp_path, case):
     """Legal zstd (numcodecs and our CPU path read across frames), but nvCOMP decodes one frame a chunk: the
-    device path says so instead of handing the batch a chunk it would decode short."""
+    device path says so instead of handing the batch a chunk it would decode short or partly (found by an
+    adversarial review: only a first frame declaring another size was refused)."""
+    import struct
+
     import zstandard
 
     group = zarr.open_group(str(tmp_path / "f.zarr"), mode="w", zarr_format=3)
     group.create_array("v", shape=(64,), chunks=(64,), dtype="i4", dimension_names=["x"])[:] = np.arange(64)
     payload = np.arange(64, dtype="i4").tobytes()
     sized = zstandard.ZstdCompressor(write_content_size=True).compress
-    (tmp_path / "f.zarr" / "v" / "c" / "0").write_bytes(sized(payload[:100]) + sized(payload[100:]))
-    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "f.zarr", engine="zarrmax")["v"].values,
-                                  np.arange(64))
-    with pytest.raises(CorruptDataError, match=r"key 'v/c/0': zstd frame holds 100 bytes, expected 256 .*"
+
+    def unsized(data: bytes) -> bytes:
+        stream = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+        return stream.compress(data) + stream.flush()
+
+    skippable = struct.pack("<II", 0x184D2A50, 2) + b"ab"
+    chunk = {"two sized frames": sized(payload[:100]) + sized(payload[100:]),
+             "two unsized frames": unsized(payload[:100]) + unsized(payload[100:]),
+             "a skippable frame first": skippable + sized(payload),
+             "a skippable frame last": sized(payload) + skippable,
+             "a second frame beyond the chunk": sized(payload) + sized(payload)}[case]
+    (tmp_path / "f.zarr" / "v" / "c" / "0").write_bytes(chunk)
+    if case != "a second frame beyond the chunk":  # that one engine="zarr" refuses too
+        np.testing.assert_array_equal(xr.open_dataset(tmp_path / "f.zarr", engine="zarrmax")["v"].values,
+                                      np.arange(64))
+    with pytest.raises(CorruptDataError, match=r"key 'v/c/0': the zstd chunk is \d frames, or has skippable ones: "
                                                r"device='cuda' decodes zstd chunks of one frame only"):
         xr.open_dataset(tmp_path / "f.zarr", engine="zarrmax", device=HostDevice())["v"].values  # noqa: B018
+
+
+@pytest.mark.parametrize("elements", [64, 60])
+def test_a_frame_without_a_size_is_decoded_aside_and_its_size_checked_on_the_device(tmp_path, elements):
+    """Straight into the output, a frame that decodes short would leave the rest of its chunk unwritten."""
+    import zstandard
+
+    group = zarr.open_group(str(tmp_path / "u.zarr"), mode="w", zarr_format=3)
+    group.create_array("v", shape=(64,), chunks=(64,), dtype="i4", dimension_names=["x"])[:] = np.arange(64)
+    stream = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    (tmp_path / "u.zarr" / "v" / "c" / "0").write_bytes(
+        stream.compress(np.arange(elements, dtype="i4").tobytes()) + stream.flush())
+    ours = xr.open_dataset(tmp_path / "u.zarr", engine="zarrmax", device=HostDevice())["v"]
+    if elements == 64:
+        np.testing.assert_array_equal(ours.values, np.arange(64))
+    else:
+        with pytest.raises(CorruptDataError, match=r"key 'v/c/0'.*decoded 240 bytes, expected 256"):
+            ours.values  # noqa: B018

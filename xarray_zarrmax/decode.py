@@ -18,7 +18,7 @@ import numpy as np
 import zstandard
 
 from .errors import CorruptDataError, DecodeError
-from .zstd_frames import decode_frames
+from .zstd_frames import decode_frames, frames
 
 FAST_KINDS = "biufc"
 _BYTES_CODECS = ("zstd", "blosc", "gzip", "zlib", "crc32c")
@@ -71,6 +71,12 @@ class ChunkCodec:
         data, compressor = self._unwrap(raw, where)
         if compressor == "blosc":
             check_blosc_length(data, where)
+        if single_frame and compressor == "zstd":
+            found = frames(data, where)
+            if len(found) != 1 or found[0].nbytes != memoryview(data).nbytes:
+                raise CorruptDataError(f"{where}: the zstd chunk is {len(found)} frames, or has skippable ones: "
+                                       "device='cuda' decodes zstd chunks of one frame only; read it with "
+                                       "device='cpu'")
         declared = declared_size(compressor, data) if compressor is not None else None
         if declared is not None and declared != self.nbytes:
             if compressor == "zstd" and declared < self.nbytes and not single_frame:

@@ -84,7 +84,8 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
             device.fill(out[(*w.piece.out_region, Ellipsis)], plan.fill_value, stream)
     if not present:
         return
-    frames = [_frame(plan.codec, w) for w in present]
+    framed = [plan.codec.frame(w.raw, w.where, single_frame=True) for w in present]
+    frames = [data for data, _, _ in framed]
     sizes = [len(f) for f in frames]
     offsets = [0]
     for n in sizes[:-1]:
@@ -100,8 +101,10 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
     shape, nbytes = plan.codec.chunk_shape, plan.codec.nbytes
     # Chunks that are whole and contiguous in the output decode straight into it; any other batch decodes
     # into temporaries that are then copied into place on the device.
+    # A frame that does not declare its size decodes into a temporary whose size is checked: straight into
+    # the output, one that decodes short would leave the rest of its chunk unwritten, unseen.
     direct = all(w.piece.covers_chunk and t.shape == shape and t.flags.c_contiguous
-                 for w, t in zip(present, targets, strict=True))
+                 for w, t in zip(present, targets, strict=True)) and all(d is not None for _, _, d in framed)
     with device.range("zarrmax::decode"):
         if direct:
             device.decode_zstd(packed, offsets, sizes, stream,
@@ -117,8 +120,3 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
             return raw.view(plan.dtype).reshape(shape)[region]
 
         device.assign(target, chunk, stream)
-
-
-def _frame(codec: ChunkCodec, work: Work) -> Any:
-    """The zstd frame of one chunk, its crc32c (if any) and declared size checked on the host first."""
-    return codec.frame(work.raw, work.where, single_frame=True)[0]
