@@ -178,3 +178,25 @@ def test_a_shard_cut_short_is_an_error_naming_it(tmp_path, monkeypatch):
     shard.write_bytes(whole[:40_000])  # the index gone with the end of the file
     with pytest.raises(CorruptDataError, match=r"array 'v', key 'v/c/1'"):
         xr.open_dataset(path, engine="zarrmax")["v"].values  # noqa: B018
+
+
+def test_an_index_torn_by_an_in_place_rewrite_is_read_again_not_an_error(tmp_path, monkeypatch):
+    """The index read while a writer rewrites the file in place: what came back is no valid index, and the
+    fstat says the file changed, so the shard is read again (the new values), not reported corrupt."""
+    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
+    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    path = _sharded(tmp_path / "s.zarr")
+    ds = xr.open_dataset(path, engine="zarrmax")
+    read, torn = OpenedFile.read, []
+
+    def tearing(self, start, stop):
+        got = read(self, start, stop)
+        if not torn and self.key == "v/c/0":  # the first read of the shard: its index
+            torn.append(start)
+            _rewrite_in_place(path, 1)
+            return np.zeros_like(got)  # half-written: no crc32c matches
+        return got
+
+    monkeypatch.setattr(OpenedFile, "read", tearing)
+    np.testing.assert_array_equal(ds["v"][:SHARD].values, _values(1)[:SHARD])
+    assert torn

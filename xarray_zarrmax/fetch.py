@@ -15,7 +15,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine, Hashable, Sequence
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from .layout import (
 )
 from .plan import ArrayPlan
 from .shard import EMPTY, max_object_size, parse_index, split_index
-from .stores import ByteSource, Fetched, LocalSource, ObjectChanged, Segments, check_size, view
+from .stores import ByteSource, Fetched, LocalSource, ObjectChanged, OpenedFile, Segments, check_size, view
 
 _INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
 #: Reads of one object after it changed under them: the first retry follows a stale cached index; more
@@ -386,62 +386,71 @@ def _read_local_shard(plan: ArrayPlan, source: LocalSource, out: np.ndarray, rea
 
 def _read_local_shard_once(plan: ArrayPlan, source: LocalSource, out: np.ndarray, key: str, pieces: list[Any],
                            token: str, parallel: bool) -> None:
-    fmt = plan.shard
-    assert fmt is not None
     file = source.open_file(key)
     if file is None:
         _place_all(plan, out, [Work(None, p, _where(plan, key, p.coords)) for p in pieces])
         return
+    jobs: list[Future[None]] = []
     try:
-        check_size(source, key, file.size, max_object_size(fmt, plan.codec.nbytes))
-        cached = _cached_index(token, key)
-        whole = None
-        if cached is not None and cached.version == file.version:
-            index = cached.index
-        elif file.size <= PIECE_BYTES:  # a small shard: one read, index and chunks together
-            whole = file.read(0, file.size)
-            index, _ = split_index(fmt, whole, _where(plan, key))
-            _cache_index(token, key, index, file.fetched(whole))
-        else:  # from this descriptor: the index of the very file the chunks are read from
-            start = max(file.size - fmt.index_nbytes, 0) if fmt.index_at_end else 0
-            raw = file.read(start, start + fmt.index_nbytes)
-            index = parse_index(fmt, raw, file.size, _where(plan, key))
-            _cache_index(token, key, index, file.fetched(raw))
-        present = []
-        for p in pieces:
-            offset, length = index[p.coords]
-            if offset == EMPTY:
-                _place(plan, out, Work(None, p, _where(plan, key, p.coords)))
-            else:
-                present.append((p, int(offset), int(offset + length)))
-        reads = _pieces(present, get_config().coalesce_gap)
-
-        def read_and_decode(batch: list[tuple[int, int, list[tuple[Any, int, int]]]]) -> None:
-            for start, stop, members in batch:
-                data = file.read(start, stop) if whole is None else whole[start:stop]
-                if len(data) != stop - start:
-                    raise CorruptDataError(
-                        f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {len(data)} "
-                        "bytes: the object is truncated or its index points outside it")
-                for p, a, b in members:
-                    _place(plan, out, Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
-
-        jobs = _local_jobs(plan.codec.nbytes * len(present)) if parallel else 1
         try:
-            if jobs > 1 and len(reads) > 1:
-                # Every job finished before the descriptor is closed (a number reused by another open while a
-                # job still reads from it would read another file), then the first error raised.
-                done, _ = wait([decode_pool().submit(read_and_decode, b) for b in _batches(reads, jobs)])
-                for job in done:
-                    job.result()
-            else:
-                read_and_decode(reads)
-        except CorruptDataError:
-            file.check_unchanged()  # bytes of a file rewritten while read: read it again, not an error
-            raise
+            _read_opened_shard(plan, file, out, key, pieces, token, parallel, jobs)
+        finally:
+            # No job may still read from the descriptor once it is closed (its number, reused by another
+            # open, would read another file): also when this thread was interrupted.
+            wait(jobs)
         file.check_unchanged()
+    except CorruptDataError:
+        file.check_unchanged()  # bytes of a file rewritten while read: read it again, not an error
+        raise
     finally:
         file.close()
+
+
+def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: str, pieces: list[Any],
+                       token: str, parallel: bool, jobs: list[Future[None]]) -> None:
+    fmt = plan.shard
+    assert fmt is not None
+    check_size(file.source, key, file.size, max_object_size(fmt, plan.codec.nbytes))
+    cached = _cached_index(token, key)
+    whole = None
+    if cached is not None and cached.version == file.version:
+        index = cached.index
+    elif file.size <= PIECE_BYTES:  # a small shard: one read, index and chunks together
+        whole = file.read(0, file.size)
+        index, _ = split_index(fmt, whole, _where(plan, key))
+        _cache_index(token, key, index, file.fetched(whole))
+    else:  # from this descriptor: the index of the very file the chunks are read from
+        start = max(file.size - fmt.index_nbytes, 0) if fmt.index_at_end else 0
+        raw = file.read(start, start + fmt.index_nbytes)
+        index = parse_index(fmt, raw, file.size, _where(plan, key))
+        _cache_index(token, key, index, file.fetched(raw))
+    present = []
+    for p in pieces:
+        offset, length = index[p.coords]
+        if offset == EMPTY:
+            _place(plan, out, Work(None, p, _where(plan, key, p.coords)))
+        else:
+            present.append((p, int(offset), int(offset + length)))
+    reads = _pieces(present, get_config().coalesce_gap)
+
+    def read_and_decode(batch: list[tuple[int, int, list[tuple[Any, int, int]]]]) -> None:
+        for start, stop, members in batch:
+            data = file.read(start, stop) if whole is None else whole[start:stop]
+            if len(data) != stop - start:
+                raise CorruptDataError(
+                    f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {len(data)} "
+                    "bytes: the object is truncated or its index points outside it")
+            for p, a, b in members:
+                _place(plan, out, Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
+
+    parts = _local_jobs(plan.codec.nbytes * len(present)) if parallel else 1
+    if parts > 1 and len(reads) > 1:
+        pool = decode_pool()
+        jobs.extend(pool.submit(read_and_decode, batch) for batch in _batches(reads, parts))
+        for job in wait(jobs)[0]:
+            job.result()  # the first error
+    else:
+        read_and_decode(reads)
 
 
 def _local_jobs(decoded: int) -> int:
