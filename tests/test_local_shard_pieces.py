@@ -84,8 +84,7 @@ def test_a_shard_is_its_index_then_pieces_and_the_index_is_cached(tmp_path, monk
     import xarray_zarrmax.stores as stores
 
     monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)  # files just written may be trusted across reads here
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)  # 4 chunks a piece (8000 bytes and zstd's header each)
+    _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     with xarray_zarrmax.set_config(threads=threads):
         ds = xr.open_dataset(path, engine="zarrmax", chunks={})
@@ -107,6 +106,12 @@ def test_a_shard_smaller_than_a_piece_is_one_read(tmp_path, monkeypatch, counted
     assert counts.total("get") == 4 and len(counted) == 4
 
 
+def _pieces_of_four(monkeypatch) -> None:  # noqa: ANN001
+    """Every sharded read streams, 4 chunks a piece (8000 bytes and zstd's header each)."""
+    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
+    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+
+
 def _rewrite_in_place(path: Path, version: int) -> None:
     """The shard files of ``version``'s values written over the current ones in place (same inode)."""
     fresh = _sharded(path.parent / f"v{version}.zarr", version)
@@ -122,8 +127,7 @@ def test_a_shard_rewritten_between_its_pieces_is_never_mixed(tmp_path, monkeypat
     """In place: the fstat after the pieces differs, and the shard is read again (the new values). Replaced
     (a new file, as zarr writes): the open descriptor reads the old file whole, and the unlink changed its
     ctime, so it is read again too; either version whole is right, a mix never."""
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     ds = xr.open_dataset(path, engine="zarrmax")
     read, rewrites = OpenedFile.read, []
@@ -148,8 +152,7 @@ def test_a_shard_rewritten_between_its_pieces_is_never_mixed(tmp_path, monkeypat
 
 
 def test_a_shard_rewritten_under_every_read_is_an_error_not_a_mix(tmp_path, monkeypatch):
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     ds = xr.open_dataset(path, engine="zarrmax")
     read, version = OpenedFile.read, [0]
@@ -166,8 +169,7 @@ def test_a_shard_rewritten_under_every_read_is_an_error_not_a_mix(tmp_path, monk
 
 
 def test_a_shard_cut_short_is_an_error_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     shard = path / "v" / "c" / "1"
     whole = shard.read_bytes()
@@ -183,8 +185,7 @@ def test_a_shard_cut_short_is_an_error_naming_it(tmp_path, monkeypatch):
 def test_an_index_torn_by_an_in_place_rewrite_is_read_again_not_an_error(tmp_path, monkeypatch):
     """The index read while a writer rewrites the file in place: what came back is no valid index, and the
     fstat says the file changed, so the shard is read again (the new values), not reported corrupt."""
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     ds = xr.open_dataset(path, engine="zarrmax")
     read, torn = OpenedFile.read, []
