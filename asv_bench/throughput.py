@@ -166,6 +166,16 @@ def check_values(label: str, got: np.ndarray, expected: np.ndarray, dask_chunks:
         raise AssertionError(f"{label} read wrong values (shape {got.shape}, expected {want.shape})")
 
 
+def steal_ticks() -> int:
+    """The machine's "steal" time so far, in clock ticks (/proc/stat; 0 where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return 0
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
 def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[str, str, Any]], *,
             warm: bool = True) -> dict[str, Any]:
     """Every stack on one stored array: a checked warm-up read each, then ``repeat`` interleaved rounds."""
@@ -204,7 +214,9 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         runs[key] = lambda reader=reader: reader(where)
     del expected
     times: dict[str, list[float]] = {k: [] for k in runs}
-    sequence: list[tuple[str, float]] = []  # every timed read in the order run: what came before each one
+    # every timed read in the order run (what came before each one), with the steal ticks during it: CPU time
+    # the hypervisor took from this VM (docs/performance-analysis.md: the slow MinIO direct reads had 15-19)
+    sequence: list[tuple[str, float, int]] = []
     order = list(runs.items())
     shuffle = random.Random(len(order) * 1000 + repeat).shuffle  # the same orders in every run
     for _ in range(repeat):
@@ -216,10 +228,11 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         for key, fn in order:
             if warm:
                 warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
+            stolen = steal_ticks()
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
-            sequence.append((key, times[key][-1]))
+            sequence.append((key, times[key][-1], steal_ticks() - stolen))
     row = {"layout": layout.name, "nbytes": layout.nbytes, "stored": stored, "chunks": len(inp.chunks),
            "dask_tasks": int(np.prod([len(c) for c in dask_chunks])), "sequence": sequence}
     row |= {f"{k}_s": statistics.median(v) for k, v in times.items()}
