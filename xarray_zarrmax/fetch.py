@@ -186,14 +186,16 @@ async def _fetch_object_once(
     for (start, stop, members), blob in zip(merged, blobs, strict=True):
         data = memoryview(blob).cast("B")
         if len(data) != stop - start:
-            raise CorruptDataError(
-                f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {len(data)} bytes: "
-                "the object is truncated or its index points outside it"
-            )
+            raise _short_range(plan, key, start, stop, len(data))
         for i in members:
             p, a, b = present[i]
             work.append(Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
     return work
+
+
+def _short_range(plan: ArrayPlan, key: str, start: int, stop: int, got: int) -> CorruptDataError:
+    return CorruptDataError(f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {got} bytes: "
+                            "the object is truncated or its index points outside it")
 
 
 def _slice_chunk(plan: ArrayPlan, key: str, index: np.ndarray, piece: Piece | PointPiece, shard: Any) -> Work:
@@ -437,9 +439,7 @@ def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: 
         for start, stop, members in batch:
             data = file.read(start, stop) if whole is None else whole[start:stop]
             if len(data) != stop - start:
-                raise CorruptDataError(
-                    f"{_where(plan, key)}: asked for bytes [{start}, {stop}) of the shard, got {len(data)} "
-                    "bytes: the object is truncated or its index points outside it")
+                raise _short_range(plan, key, start, stop, len(data))
             for p, a, b in members:
                 _place(plan, out, Work(data[a - start:b - start], p, _where(plan, key, p.coords)))
 
