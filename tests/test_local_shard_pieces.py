@@ -201,3 +201,24 @@ def test_an_index_torn_by_an_in_place_rewrite_is_read_again_not_an_error(tmp_pat
     monkeypatch.setattr(OpenedFile, "read", tearing)
     np.testing.assert_array_equal(ds["v"][:SHARD].values, _values(1)[:SHARD])
     assert torn
+
+
+def test_a_shard_replaced_during_every_read_is_read_whole_from_the_old_file(tmp_path, monkeypatch):
+    """zarr-python renames a new file over the shard while we read it: the descriptor's file is unlinked, which
+    changes its ctime, but none of its bytes. Counting that as a change retried every read and gave up after 3
+    (StoreAccessError where engine="zarr" reads). Found by an adversarial review."""
+    _pieces_of_four(monkeypatch)
+    path = _sharded(tmp_path / "s.zarr")
+    ds = xr.open_dataset(path, engine="zarrmax")
+    read, replaced = OpenedFile.read, []
+
+    def replacing(self, start, stop):
+        got = read(self, start, stop)
+        if self.key == "v/c/0":
+            replaced.append(start)
+            zarr.open_array(path / "v", mode="r+")[:SHARD] = _values()[:SHARD]  # same values, new files
+        return got
+
+    monkeypatch.setattr(OpenedFile, "read", replacing)
+    np.testing.assert_array_equal(ds["v"][:SHARD].values, _values()[:SHARD])
+    assert len(replaced) == 1 + 4  # the index and 4 pieces, once: no read again

@@ -240,8 +240,12 @@ def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
     timestamps set before our first fstat) is not visible: no reader without a lock can tell; engine="zarr"
     returns such bytes too. Writers that replace files atomically (zarr-python's, ours) are always safe."""
     after = os.fstat(fd)  # the descriptor's file: device and inode cannot change
-    if (after.st_size != before.st_size or after.st_mtime_ns != before.st_mtime_ns
-            or after.st_ctime_ns != before.st_ctime_ns):
+    if after.st_size != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+        raise ObjectChanged(key)
+    # ctime also catches a writer that sets mtime back; but unlinking the file (an atomic writer renaming a new
+    # file over it, as zarr-python does) changes its ctime too, and the bytes of this descriptor's file did not
+    # change: that read is whole and consistent (the old version), not a change.
+    if after.st_ctime_ns != before.st_ctime_ns and not (after.st_nlink == 0 < before.st_nlink):
         raise ObjectChanged(key)
 
 
