@@ -81,9 +81,8 @@ class ChunkCodec:
         if declared is not None and declared != self.nbytes:
             if compressor == "zstd" and declared < self.nbytes and not single_frame:
                 return data, compressor, None
-            several = " (device='cuda' decodes zstd chunks of one frame only)" if single_frame else ""
             raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
-                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}{several}")
+                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
         return data, compressor, declared
 
     def decode(self, raw: Any, where: str) -> np.ndarray:

@@ -369,41 +369,32 @@ class LocalSource(ByteSource):
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
                     version: Hashable | None = None) -> list[np.ndarray] | None:
-        opened = self._open(key)
-        if opened is None:
+        file = self.open_file(key)
+        if file is None:
             if version is not None:
                 raise ObjectChanged(key)
             return None
-        fd, st = opened
-        out = []
         try:
-            if version is not None and _file_version(st) != version:
+            if version is not None and file.version != version:
                 raise ObjectChanged(key)
-            for start, stop in ranges:
-                buf = np.empty(max(stop - start, 0), dtype=np.uint8)
-                n = _pread_into(fd, buf, start)
-                accounting.record(self.label, "get", key, n)
-                out.append(buf[:n])
-            _check_unchanged(fd, st, key)
+            out = [file.read(start, stop) for start, stop in ranges]
+            file.check_unchanged()
         finally:
-            os.close(fd)
+            file.close()
         return out
 
     def read_end(self, key: str, nbytes: int, *, suffix: bool) -> Fetched | None:
         """The last (``suffix``) or first ``nbytes`` bytes, with the version of the file they came from."""
-        opened = self._open(key)
-        if opened is None:
+        file = self.open_file(key)
+        if file is None:
             return None
-        fd, st = opened
         try:
-            start = max(st.st_size - nbytes, 0) if suffix else 0
-            buf = np.empty(min(nbytes, st.st_size), dtype=np.uint8)
-            n = _pread_into(fd, buf, start)
-            accounting.record(self.label, "get", key, n)
-            _check_unchanged(fd, st, key)
+            start = max(file.size - nbytes, 0) if suffix else 0
+            data = file.read(start, start + min(nbytes, file.size))
+            file.check_unchanged()
         finally:
-            os.close(fd)
-        return _file_fetched(buf[:n], st)
+            file.close()
+        return file.fetched(data)
 
     def read_settled(self, key: str, max_size: int | None = None) -> Fetched | None:
         """`read`, again when the file was modified in place while it was read (for callers with no retry of
