@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _memory
 from ._budget import ByteBudget, Holding
 from ._loop import decode_pool, gather_or_cancel, run_sync
 from .config import get_config
@@ -506,7 +507,7 @@ def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list
 def read_selection(plan: ArrayPlan, source: ByteSource, axes: Selection, token: str) -> np.ndarray:
     """Read the selected elements (the outer product of ``axes``) into a new array of ``selection_shape``:
     only the chunks holding selected elements are fetched, and nothing beyond the result is allocated."""
-    out = np.empty(selection_shape(axes), dtype=plan.dtype)
+    out = _memory.empty(selection_shape(axes), plan.dtype)
     if out.size:
         _read_into(plan, source, out, plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks), token)
     return out
@@ -516,7 +517,7 @@ async def read_selection_async(plan: ArrayPlan, source: ByteSource, axes: Select
                                decode_on_pool: bool = False) -> np.ndarray:
     """`read_selection` for callers on the I/O loop: small reads decoded on the loop (coordinates at open), or
     large ones decoded on the decode pool (``load_async``), every object's requests in flight together."""
-    out = np.empty(selection_shape(axes), dtype=plan.dtype)
+    out = _memory.empty(selection_shape(axes), plan.dtype)
     if out.size:
         reads = plan_reads(axes, plan.shape, plan.outer_chunks, plan.inner_chunks)
         await _read_remote(plan, source, out, reads, token, decode_on_pool=decode_on_pool)
@@ -526,7 +527,7 @@ async def read_selection_async(plan: ArrayPlan, source: ByteSource, axes: Select
 def read_points(plan: ArrayPlan, source: ByteSource, points: np.ndarray, token: str) -> np.ndarray:
     """The elements at ``points`` (``(n, ndim)``, in bounds) as a flat array: each chunk holding any of them
     is read once; memory is the result plus the chunks being decoded."""
-    out = np.empty(points.shape[0], dtype=plan.dtype)
+    out = _memory.empty((points.shape[0],), plan.dtype)
     if out.size:
         _read_into(plan, source, out, plan_points(points, plan.outer_chunks, plan.inner_chunks), token)
     return out
