@@ -220,7 +220,7 @@ _SKIPPABLE = struct.pack("<II", 0x184D2A5F, 3) + b"xyz"
 @pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
 @pytest.mark.parametrize("case", ["one byte cut", "a byte after", "an incomplete skippable frame after",
                                   "the start of another frame after", "a skippable frame only", "an empty frame",
-                                  "no bytes"])
+                                  "no bytes", "a reserved header bit"])
 def test_zstd_chunk_with_an_incomplete_frame_is_refused_as_zarr_refuses_it(tmp_path, n, case):
     """Whole frames holding the chunk, then bytes that are no whole frame (or nothing that holds data): zarr
     raises RuntimeError (numcodecs); python-zstandard's stream reader stopped quietly there and returned the
@@ -240,6 +240,8 @@ def test_zstd_chunk_with_an_incomplete_frame_is_refused_as_zarr_refuses_it(tmp_p
         "a skippable frame only": _SKIPPABLE,
         "an empty frame": sized(b""),
         "no bytes": b"",
+        # found by tests/test_zstd_raw.py's fuzz: zstandard's size query raised its own ZstdError through
+        "a reserved header bit": (lambda frame: frame[:4] + bytes([frame[4] | 0x08]) + frame[5:])(sized(payload)),
     }[case])
     with pytest.raises(RuntimeError):
         xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False)["v"].values  # noqa: B018

@@ -72,7 +72,11 @@ def decode_frames(dctx: Any, data: Any, nbytes: int, where: str) -> bytes:
     for frame in frames(data, where):
         # Bounded by the room left, before anything is allocated: a declared size is checked (python-zstandard
         # allocates what a frame declares), an undeclared one bounded (at least 1: 0 means no bound).
-        if zstandard.frame_content_size(frame) > left:
+        try:
+            declared = zstandard.frame_content_size(frame)
+        except zstandard.ZstdError as err:  # a header zstd refuses (a reserved bit set, say)
+            raise DecodeError(f"{where}: zstd could not decode the chunk (ZstdError: {err})") from None
+        if declared > left:
             raise DecodeError(f"{where}: zstd could not decode the chunk: its frames hold more than {nbytes} bytes")
         try:
             part = dctx.decompress(frame, max_output_size=max(left, 1), allow_extra_data=False)
