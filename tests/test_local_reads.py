@@ -21,8 +21,12 @@ from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
 N, CHUNK = 4_000_000, 1_000_000  # 8 MB chunks of int64: a read takes long enough to race with a writer
 
 
-def _write(path: Path, compressed: bool) -> np.ndarray:
-    values = np.arange(N, dtype="i8")
+def _write(path: Path, compressed: bool | str) -> np.ndarray:
+    """``compressed="incompressible"``: random values, which zstd stores as raw blocks (`zstd_raw`)."""
+    if compressed == "incompressible":
+        values = np.random.default_rng(1).integers(-(2**63), 2**63 - 1, size=N, dtype="i8")
+    else:
+        values = np.arange(N, dtype="i8")
     group = zarr.open_group(path, mode="w", zarr_format=3)
     arr = group.create_array("v", shape=(N,), chunks=(CHUNK,), dtype="i8", dimension_names=["x"],
                              compressors=[ZstdCodec(level=1)] if compressed else None)
@@ -84,7 +88,7 @@ def test_truncated_while_read_into_the_output_is_an_error(tmp_path, monkeypatch)
         _open(tmp_path / "u.zarr").v[:CHUNK].values
 
 
-@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("compressed", [False, True, "incompressible"])
 def test_files_truncated_and_replaced_during_reads_give_errors_or_right_answers(tmp_path, compressed):
     values = _write(tmp_path / "r.zarr", compressed)
     chunk_file = tmp_path / "r.zarr" / "v" / "c" / "1"
@@ -184,16 +188,16 @@ def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypa
     # in memory at once (512 MiB of fresh buffers for a 512 MiB array, 3x slower than reading and decoding
     # each in turn). Per thread, reads and decodes must alternate.
     from xarray_zarrmax.decode import ChunkCodec
-    from xarray_zarrmax.stores import LocalSource
+    from xarray_zarrmax.stores import OpenedFile
 
     values = _write(tmp_path / "c.zarr", compressed=True)
     events: list[tuple[int, str]] = []
-    read, decode, decode_into = LocalSource.read, ChunkCodec.decode, ChunkCodec.decode_into
+    read, decode, decode_into = OpenedFile.read, ChunkCodec.decode, ChunkCodec.decode_into
 
-    def reading(self, key, max_size=None):
-        if key.startswith("v/c/"):  # data, not metadata
+    def reading(self, start, stop):
+        if self.key.startswith("v/c/"):  # data, not metadata
             events.append((threading.get_ident(), "read"))
-        return read(self, key, max_size)
+        return read(self, start, stop)
 
     def decoding(self, raw, where):
         events.append((threading.get_ident(), "decode"))
@@ -203,7 +207,7 @@ def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypa
         events.append((threading.get_ident(), "decode"))
         return decode_into(self, raw, out, where)
 
-    monkeypatch.setattr(LocalSource, "read", reading)
+    monkeypatch.setattr(OpenedFile, "read", reading)
     monkeypatch.setattr(ChunkCodec, "decode", decoding)
     monkeypatch.setattr(ChunkCodec, "decode_into", decoding_into)
     with xarray_zarrmax.set_config(threads=threads):
@@ -231,20 +235,21 @@ def test_compressed_whole_chunks_skip_the_general_fetch(tmp_path, monkeypatch):
     assert counts.total("get") == 3  # each present chunk, once
 
 
+@pytest.mark.parametrize("compressed", [True, "incompressible"])
 @pytest.mark.parametrize("changes", [1, 3])
-def test_a_chunk_rewritten_while_read_is_read_again_then_refused(tmp_path, monkeypatch, changes):
-    from xarray_zarrmax.stores import LocalSource, ObjectChanged
+def test_a_chunk_rewritten_while_read_is_read_again_then_refused(tmp_path, monkeypatch, changes, compressed):
+    from xarray_zarrmax.stores import ObjectChanged, OpenedFile
 
-    values = _write(tmp_path / "c.zarr", compressed=True)
-    read, seen = LocalSource.read, []
+    values = _write(tmp_path / "c.zarr", compressed=compressed)
+    check, seen = OpenedFile.check_unchanged, []
 
-    def changing(self, key, max_size=None):
-        if key == "v/c/2" and len(seen) < changes:
-            seen.append(key)
-            raise ObjectChanged(key)  # what read raises when the file's size or times moved during the read
-        return read(self, key, max_size)
+    def changing(self):
+        if self.key == "v/c/2" and len(seen) < changes:
+            seen.append(self.key)
+            raise ObjectChanged(self.key)  # what the check raises when the file's size or times moved
+        return check(self)
 
-    monkeypatch.setattr(LocalSource, "read", changing)
+    monkeypatch.setattr(OpenedFile, "check_unchanged", changing)
     if changes < 3:
         np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
         assert seen == ["v/c/2"] * changes
@@ -254,17 +259,22 @@ def test_a_chunk_rewritten_while_read_is_read_again_then_refused(tmp_path, monke
             _open(tmp_path / "c.zarr").v.values
 
 
-@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("compressed", [False, True, "incompressible"])
 def test_short_reads_are_continued(tmp_path, monkeypatch, compressed):
     # preadv may return fewer bytes than asked before the end of a file (signals, some file systems).
     values = _write(tmp_path / "c.zarr", compressed=compressed)
     real, calls = os.preadv, []
 
-    def short(fd, buffers, offset):
-        (buf,) = buffers
+    def short(fd, buffers, offset):  # at most 100 kB a call, whatever the buffers
         calls.append(offset)
-        view = memoryview(buf).cast("B")
-        return real(fd, [view[:min(len(view), 100_000)]], offset)
+        views, room = [], 100_000
+        for buf in buffers:
+            view = memoryview(buf).cast("B")
+            views.append(view[:room])
+            room -= len(views[-1])
+            if not room:
+                break
+        return real(fd, views, offset)
 
     monkeypatch.setattr(xarray_zarrmax.stores.os, "preadv", short)
     np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)

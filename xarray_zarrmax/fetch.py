@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memory
+from . import _memory, zstd_raw
 from ._budget import ByteBudget, Holding
 from ._loop import decode_pool, gather_or_cancel, run_sync
 from .config import get_config
@@ -306,8 +306,8 @@ def _fetch_local(plan: ArrayPlan, source: ByteSource, reads: list[ObjectRead], t
 
 def _read_local_whole(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read: ObjectRead) -> bool:
     """An unsharded chunk that lands whole in one contiguous block of the output, read with no layer between:
-    uncompressed, the file straight into the output (one memory pass); compressed, the file into a buffer and
-    decoded into the output. False: the read does not qualify (a shard, a partial chunk, a strided target, a
+    uncompressed or zstd of raw blocks, the file straight into the output (one memory pass); otherwise the file
+    into a buffer, decoded into the output. False: the read does not qualify (a shard, a partial chunk, a strided target, a
     codec that cannot decode in place), and nothing was done.
 
     The general path (`_fetch_local`, then `_place`) makes the same system calls and decode with a coroutine,
@@ -333,15 +333,35 @@ def _read_local_whole(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read
         if not found:
             target[...] = plan.fill_value
         return True
-    try:
-        got = source.read_settled(key, max_object_size(None, codec.nbytes))
-    except StoreAccessError:  # changed under every read: say which array, as the general path does
-        raise _changed_too_often(plan, source, key) from None
-    if got is None:
-        target[...] = plan.fill_value
-    else:
-        codec.decode_into(got.data, target, _where(plan, key))
+    _read_local_compressed(plan, source, key, target)
     return True
+
+
+def _read_local_compressed(plan: ArrayPlan, source: LocalSource, key: str, target: np.ndarray) -> None:
+    """A whole compressed chunk into ``target``: a zstd frame of raw blocks (incompressible data) straight from
+    the file (`zstd_raw`: one memory pass), anything else read into a buffer and decoded from it. One open
+    serves both; a file modified in place while read is read again (3 times at most)."""
+    codec, flat = plan.codec, target.reshape(-1).view(np.uint8)
+    max_size = max_object_size(None, codec.nbytes)
+    for _ in range(_ATTEMPTS):
+        file = source.open_file(key)
+        if file is None:
+            target[...] = plan.fill_value
+            return
+        try:
+            check_size(source, key, file.size, max_size)
+            if codec.bytes_codecs == ("zstd",) and zstd_raw.read_into(file, flat):
+                file.check_unchanged()
+                return
+            data = file.read(0, file.size)
+            file.check_unchanged()
+        except ObjectChanged:
+            continue
+        finally:
+            file.close()
+        codec.decode_into(data, target, _where(plan, key))
+        return
+    raise _changed_too_often(plan, source, key)
 
 
 #: Compressed bytes a local shard is read in, each piece decoded right after it is read, while its bytes are

@@ -270,6 +270,13 @@ class OpenedFile:
         accounting.record(self.source.label, "get", self.key, n)
         return buf[:n]
 
+    def read_scattered(self, buffers: Sequence[memoryview | np.ndarray], start: int) -> int:
+        """Fill ``buffers`` in turn from ``start`` with one `preadv` (one request): the bytes read, fewer where
+        the file ends first or the read came back short (callers needing all of them read again another way)."""
+        n = os.preadv(self._fd, buffers, start)
+        accounting.record(self.source.label, "get", self.key, n)
+        return n
+
     def fetched(self, data: np.ndarray) -> Fetched:
         return _file_fetched(data, self._st)
 
