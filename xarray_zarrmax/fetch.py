@@ -307,8 +307,8 @@ def _fetch_local(plan: ArrayPlan, source: ByteSource, reads: list[ObjectRead], t
 def _read_local_whole(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read: ObjectRead) -> bool:
     """An unsharded chunk that lands whole in one contiguous block of the output, read with no layer between:
     uncompressed or zstd of raw blocks, the file straight into the output (one memory pass); otherwise the file
-    into a buffer, decoded into the output. False: the read does not qualify (a shard, a partial chunk, a strided target, a
-    codec that cannot decode in place), and nothing was done.
+    into a buffer, decoded into the output. False: the read does not qualify (a shard, a partial chunk, a
+    strided target, a codec that cannot decode in place), and nothing was done.
 
     The general path (`_fetch_local`, then `_place`) makes the same system calls and decode with a coroutine,
     a budget and work items around them: with the leaner store calls that came with this path, 22 ms less user

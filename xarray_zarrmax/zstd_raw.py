@@ -29,7 +29,6 @@ BLOCK = 128 << 10
 _MAGIC = 0xFD2FB528
 #: Windows above 2**27 bytes are refused by zstd's decoders unless asked for: such frames go to the decoder.
 _WINDOW_LOG_MAX = 27
-_MIN_HEADER, _MAX_HEADER = 6, 18  # magic, descriptor, then 0-1 window, 0-4 dictionary id, 0-8 size bytes
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
@@ -37,13 +36,26 @@ def _blocks(nbytes: int) -> int:
     return max(1, -(-nbytes // BLOCK))
 
 
+def _size_field(nbytes: int, single_segment: bool) -> int:
+    """Bytes of the frame content size field zstd writes for ``nbytes`` (the smallest that holds it)."""
+    if single_segment and nbytes < 256:
+        return 1
+    if 256 <= nbytes < 65_792:  # the 2-byte field stores the size less 256
+        return 2
+    return 4 if nbytes < 2**32 else 8
+
+
 def header_length(file_size: int, nbytes: int) -> int | None:
     """The frame header's length if a file of ``file_size`` bytes can be a single frame of raw 128 KiB blocks
-    holding ``nbytes``, else None."""
+    holding ``nbytes``, with the header zstd writes for that size (single segment, or a window byte), else
+    None. Other headers (a checksum's 4 bytes after the frame look like a longer one) go to the decoder: a
+    speculative read of them would be a wasted read."""
     if nbytes <= 0:
         return None
     header = file_size - nbytes - 3 * _blocks(nbytes)
-    return header if _MIN_HEADER <= header <= _MAX_HEADER else None
+    if header in (5 + _size_field(nbytes, True), 6 + _size_field(nbytes, False)):
+        return header
+    return None
 
 
 def read_into(file: OpenedFile, out: np.ndarray) -> bool:
