@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import DecodeError
 
-_ZSTD_MAGIC = 0xFD2FB528
+ZSTD_MAGIC = 0xFD2FB528
 _SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
 
 
@@ -44,7 +44,7 @@ def _frame_end(view: memoryview, start: int, where: str) -> int | None:
     magic = int.from_bytes(view[start:_need(view, start + 4, where, "a frame's magic number")], "little")
     if magic & _SKIPPABLE_MASK == _SKIPPABLE_MAGIC:
         return None
-    if magic != _ZSTD_MAGIC:
+    if magic != ZSTD_MAGIC:
         raise DecodeError(f"{where}: zstd could not decode the chunk: bytes {start}-{start + 4} are no frame "
                           f"(magic number {magic:#010x})")
     pos = _need(view, start + 5, where, "a frame header")

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .zstd_frames import ZSTD_MAGIC
+
 if TYPE_CHECKING:
     from .stores import OpenedFile
 
 #: Largest block zstd writes (128 KiB): an incompressible input becomes raw blocks of exactly this size.
 BLOCK = 128 << 10
-_MAGIC = 0xFD2FB528
 #: Windows above 2**27 bytes are refused by zstd's decoders unless asked for: such frames go to the decoder.
 _WINDOW_LOG_MAX = 27
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -85,7 +86,7 @@ def read_into(file: OpenedFile, out: np.ndarray) -> bool:
 
 def _valid_header(scratch: bytearray, header: int, nbytes: int) -> bool:
     """Whether the frame header read is one that zstd decodes to ``nbytes`` in raw blocks of 128 KiB."""
-    if int.from_bytes(scratch[:4], "little") != _MAGIC:
+    if int.from_bytes(scratch[:4], "little") != ZSTD_MAGIC:
         return False
     descriptor = scratch[4]
     fcs_flag, single_segment = descriptor >> 6, (descriptor >> 5) & 1
