@@ -143,16 +143,16 @@ def test_a_chunk_key_that_became_a_directory_reads_as_missing_like_engine_zarr(t
         np.testing.assert_array_equal(ours.v[sel].values, -1.0)  # a missing chunk: the fill value
 
 
-class _CountingPool:
-    """Stands in for the decode pool: runs each job here and counts them."""
+class _CountingBatches:
+    """Stands in for `run_batches`: runs each batch here and counts them."""
 
     def __init__(self) -> None:
         self.jobs = 0
 
-    def map(self, fn, batches):  # noqa: ANN001, ANN201
-        batches = list(batches)
+    def __call__(self, fn, batches):  # noqa: ANN001, ANN204
         self.jobs += len(batches)
-        return [fn(b) for b in batches]
+        for b in batches:
+            fn(b)
 
 
 def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeypatch):
@@ -166,8 +166,8 @@ def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeyp
     arr = group.create_array("v", shape=values.shape, chunks=(8, 1000, 2), shards=(64, 1000, 4), dtype="f4",
                              dimension_names=["t", "y", "x"], compressors=[ZstdCodec(level=1)])
     arr[...] = values  # 16 shards of 16 chunks of 64 kB
-    pool = _CountingPool()
-    monkeypatch.setattr(fetch, "decode_pool", lambda: pool)
+    pool = _CountingBatches()
+    monkeypatch.setattr(fetch, "run_batches", pool)
     monkeypatch.setattr(fetch, "JOB_BYTES", 200_000)
     with xarray_zarrmax.set_config(threads=2):
         ds = _open(tmp_path / "s.zarr")

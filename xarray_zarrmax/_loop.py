@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from .config import get_config
@@ -115,3 +115,43 @@ def decode_pool() -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="xarray_zarrmax-decode")
             _pool_size = threads
         return _pool
+
+
+def run_batches[T](fn: Callable[[T], object], batches: Sequence[T]) -> None:
+    """Call ``fn`` on every batch on the decode pool, and return when all are done.
+
+    One job per pool thread, each taking the next batch not yet taken until none is left: the caller is woken
+    once, not once per batch. (`pool.map` woke it per batch, about 65 us a wake-up on this virtual machine:
+    135 batches of 0.8 MB chunks read in 51.6 ms that way, 45.4 ms this way; asv_bench/pool_handoffs.py.)
+    After a failure no job starts another batch; the failure of the earliest batch that failed is raised.
+    An interrupted caller still waits for the batches under way, which may use what it is about to free."""
+    if not batches:
+        return
+    lock = threading.Lock()
+    pending = iter(enumerate(batches))
+    failures: list[tuple[int, BaseException]] = []
+    stopped = False
+
+    def job() -> None:
+        while True:
+            with lock:
+                taken = None if failures or stopped else next(pending, None)
+            if taken is None:
+                return
+            index, batch = taken
+            try:
+                fn(batch)
+            except BaseException as err:  # re-raised in the caller
+                with lock:
+                    failures.append((index, err))
+                return
+
+    pool = decode_pool()
+    jobs = [pool.submit(job) for _ in range(max(1, min(get_config().threads, len(batches))))]
+    try:
+        wait(jobs)
+    finally:
+        stopped = True  # an interrupted caller: no new batch starts
+        wait(jobs)
+    if failures:
+        raise min(failures, key=lambda failure: failure[0])[1]

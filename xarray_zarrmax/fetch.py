@@ -15,7 +15,6 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Coroutine, Hashable, Sequence
-from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 
 from . import _memory, zstd_raw
 from ._budget import ByteBudget, Holding
-from ._loop import decode_pool, gather_or_cancel, run_sync
+from ._loop import decode_pool, gather_or_cancel, run_batches, run_sync
 from .config import get_config
 from .errors import CorruptDataError, StoreAccessError
 from .layout import (
@@ -413,14 +412,10 @@ def _read_local_shard_once(plan: ArrayPlan, source: LocalSource, out: np.ndarray
     if file is None:
         _place_all(plan, out, [Work(None, p, _where(plan, key, p.coords)) for p in pieces])
         return
-    jobs: list[Future[None]] = []
     try:
-        try:
-            _read_opened_shard(plan, file, out, key, pieces, token, parallel, jobs)
-        finally:
-            # No job may still read from the descriptor once it is closed (its number, reused by another
-            # open, would read another file): also when this thread was interrupted.
-            wait(jobs)
+        # No job may still read from the descriptor once it is closed (its number, reused by another open,
+        # would read another file): `run_batches` returns only when its jobs are done, also when interrupted.
+        _read_opened_shard(plan, file, out, key, pieces, token, parallel)
         file.check_unchanged()
     except CorruptDataError:
         file.check_unchanged()  # bytes of a file rewritten while read: read it again, not an error
@@ -430,7 +425,7 @@ def _read_local_shard_once(plan: ArrayPlan, source: LocalSource, out: np.ndarray
 
 
 def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: str, pieces: list[Any],
-                       token: str, parallel: bool, jobs: list[Future[None]]) -> None:
+                       token: str, parallel: bool) -> None:
     fmt = plan.shard
     assert fmt is not None
     check_size(file.source, key, file.size, max_object_size(fmt, plan.codec.nbytes))
@@ -466,10 +461,7 @@ def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: 
 
     parts = _local_jobs(plan.codec.nbytes * len(present)) if parallel else 1
     if parts > 1 and len(reads) > 1:
-        pool = decode_pool()
-        jobs.extend(pool.submit(read_and_decode, batch) for batch in _batches(reads, parts))
-        for job in wait(jobs)[0]:
-            job.result()  # the first error
+        run_batches(read_and_decode, _batches(reads, parts))  # returns once no batch reads the descriptor
     else:
         read_and_decode(reads)
 
@@ -506,7 +498,7 @@ def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list
         if jobs == 1:
             read_some(reads)
         else:
-            list(decode_pool().map(read_some, _batches(reads, jobs)))  # list() re-raises the first error
+            run_batches(read_some, _batches(reads, jobs))
     elif len(reads) == 1 and isinstance(source, LocalSource) and _read_local_shard(plan, source, out, reads[0],
                                                                                    token, True):
         pass
@@ -518,7 +510,7 @@ def _read_into(plan: ArrayPlan, source: ByteSource, out: np.ndarray, reads: list
         work = _fetch_local(plan, source, reads, token)
         jobs = _local_jobs(len(work) * plan.codec.nbytes)
         if len(work) > 1 and jobs > 1:
-            list(decode_pool().map(lambda batch: _place_all(plan, out, batch), _batches(work, jobs)))
+            run_batches(lambda batch: _place_all(plan, out, batch), _batches(work, jobs))
         else:
             for w in work:
                 _place(plan, out, w)
