@@ -1,8 +1,12 @@
 """zarrmax with dask (`chunks={}`) against zarrmax without (`chunks=None`), on local copies of throughput.py's
 layouts, in one process, reads alternating: the time, CPU and page faults of each (issue 15's "dask >= 0.85x").
 
-The dask read keeps one element of each block (a map_blocks), as throughput.py's dask stack does, so it
-measures the read path, not `concatenate`.
+The dask read keeps a copy of one element of each block (a map_blocks), as throughput.py's dask stack does,
+so it measures the read path, not `concatenate`, and each block is freed once read. (A view of the element
+would keep every block alive to the end: 512 MiB held in 16-32 MiB pieces, 1.5-2x slower on this machine.)
+
+Then, with one dask thread, how much of the dask read is zarrmax's own read (`read_selection`, summed over
+the tasks) and how much is around it (dask's scheduler, xarray's lazy indexing, the block's free), per task.
 
     .venv/bin/python asv_bench/dask_vs_direct.py --layouts 0,3,4 --repeat 7 [--threads 16]
 """
@@ -40,10 +44,35 @@ def read(path: str, mode: str, threads: int) -> None:
         return
     with set_config(task_bytes=peers.DASK_TASK_BYTES):  # as throughput.py's dask stack opens it
         blocks = xr.open_dataset(path, engine="zarrmax", chunks={})["v"].data
-    sliver = blocks.map_blocks(lambda b: b.reshape(-1)[:1].reshape((1,) * b.ndim),
+    sliver = blocks.map_blocks(lambda b: b.reshape(-1)[:1].copy().reshape((1,) * b.ndim),
                                chunks=tuple((1,) * len(c) for c in blocks.chunks))
     with dask.config.set(scheduler="threads", num_workers=threads):
         sliver.compute()
+
+
+def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
+    """Median (dask read, time inside read_selection) with one dask thread, and the number of tasks."""
+    import xarray_zarrmax.backend as backend
+
+    inside: list[float] = []
+    real = backend.read_selection
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.append(time.perf_counter() - start)
+
+    backend.read_selection = timed  # type: ignore[assignment]
+    try:
+        runs = []
+        for _ in range(repeat):
+            inside.clear()
+            runs.append((measure(path, "dask", 1, nbytes)["wall"], sum(inside), len(inside)))
+    finally:
+        backend.read_selection = real  # type: ignore[assignment]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[0][2]
 
 
 def measure(path: str, mode: str, threads: int, nbytes: int) -> dict[str, float]:
@@ -83,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{layout.name:45s} {mode:6s} wall {m['wall'] * 1e3:6.1f} ms  user {m['user'] * 1e3:6.1f}  "
                       f"sys {m['sys'] * 1e3:6.1f}  minor faults {m['minflt']:7.0f}")
             print(f"{layout.name:45s} dask / direct (speed): {med['direct']['wall'] / med['dask']['wall']:.2f}x",
+                  flush=True)
+            wall, inside, tasks = split(path, layout.nbytes, args.repeat)
+            print(f"{layout.name:45s} one dask thread: wall {wall * 1e3:6.1f} ms, in read_selection "
+                  f"{inside * 1e3:6.1f} ms, around it {(wall - inside) * 1e3 / tasks:.2f} ms per task ({tasks} tasks)",
                   flush=True)
     return 0
 
