@@ -622,7 +622,7 @@ def test_failed_local_write_leaves_the_old_object_whole(tmp_path: Path, monkeypa
     shard = tmp_path / "a.zarr/temp/c/0/0/0"
     before = shard.read_bytes()
 
-    def broken(src: str, dst: str) -> None:
+    def broken(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(sinks.os, "replace", broken)

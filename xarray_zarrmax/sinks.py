@@ -2,10 +2,12 @@
 
 Three kinds, all picklable (a dask task on any worker rebuilds its sink):
 
-- `LocalSink`, a directory: each object is written to a temporary file beside it and renamed over it
-  (``os.replace`` is atomic), so a reader or a crash never sees half an object. Every replacement happens
-  under an exclusive ``flock`` of the object's directory, so a read-merge-write cannot lose an update made
-  between its read and its rename, by a thread or by another process.
+- `LocalSink`, a directory: each object is written whole before it gets its name, so a reader or a crash never
+  sees half an object. On Linux it is written to a file with no name (``O_TMPFILE``) and linked in under its
+  key; where the key exists, or the file system has no such files, to a temporary name renamed over it
+  (``os.replace`` is atomic). A read-merge-write holds an exclusive ``flock`` of the object's directory from
+  its read to its rename, puts and deletes a shared one, so no update made between a merge's read and its
+  rename is lost, by a thread or by another process.
 - `ObstoreSink`, an obstore store (S3, MinIO...): a PUT is atomic (so is a multipart upload, used for objects
   above ``config.multipart_threshold``: the object appears when it completes). A read-merge-write PUTs with
   ``If-Match`` on the ETag it read (``If-None-Match: *`` when there was no object), always in one request;
@@ -27,6 +29,7 @@ Sinks never import xarray.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import random
@@ -122,6 +125,10 @@ class LocalSink(Sink):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.source = LocalSource(root)
         self.label = self.source.label
+        # Files with no name (Linux): written whole, then linked in. 1.7x faster than a temporary name renamed
+        # over the key for new 0.8 MB objects on ext4: no rename queues on the directory's lock
+        # (docs/performance-analysis.md).
+        self._unnamed = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LocalSink, (str(self.source.root),))
@@ -130,13 +137,13 @@ class LocalSink(Sink):
         return self.source._path(key)
 
     @contextmanager
-    def _locked(self, path: str, *, exclusive: bool) -> Iterator[None]:
-        """A lock on the directory that holds ``path`` (a lock file inside the store would show in listings and
-        copies). A merge (`update`) holds it exclusively from its read to its rename; whole-object puts and
-        deletes hold it shared, so they run side by side and none lands between a merge's read and its rename
-        (where the merge would write the older data back over it). An exclusive lock for puts too would put
-        every write of a directory in one line (all chunk files of a 1-D array). ``flock`` locks belong to the
-        open file, so threads of one process exclude each other as processes do."""
+    def _locked(self, path: str, *, exclusive: bool) -> Iterator[int]:
+        """A lock on the directory that holds ``path``, yielding that directory's descriptor (a lock file inside
+        the store would show in listings and copies). A merge (`update`) holds it exclusively from its read to
+        its rename; whole-object puts and deletes hold it shared, so they run side by side and none lands between
+        a merge's read and its rename (where the merge would write the older data back over it). An exclusive
+        lock for puts too would put every write of a directory in one line (all chunk files of a 1-D array).
+        ``flock`` locks belong to the open file, so threads of one process exclude each other as processes do."""
         directory = os.path.dirname(path)
         try:
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -147,25 +154,58 @@ class LocalSink(Sink):
             fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
+            yield fd
         finally:
             os.close(fd)  # releases the lock
 
-    def _replace(self, path: str, data: Encoded) -> None:
-        """Write beside ``path`` and rename over it: readers see the old object or the new one, never part."""
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.zarrmax-tmp")
+    def _replace(self, directory: int, name: str, data: Encoded, *, exists: bool = False) -> None:
+        """Write ``data`` as ``name`` in the open ``directory``: readers see the old object or the new one,
+        never part. ``exists``: the object is known to be there (a merge read it), so skip linking the new
+        file in under its own name, which would fail."""
+        fd = self._unnamed_file(directory) if self._unnamed else None
+        if fd is None:
+            self._replace_named(directory, name, data)
+            return
         try:
-            with open(tmp, "wb") as f:
-                for part in parts_of(data):  # a part larger than the buffer goes straight to write(2)
-                    f.write(part)
-            os.replace(tmp, path)
+            _write_parts(fd, data)
+            # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc link: the one way to name an O_TMPFILE file
+            # without privileges; the name appears with every byte written. It fails where the name exists.
+            if not exists:
+                try:
+                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory)
+                    return
+                except FileExistsError:
+                    pass
+            tmp = _temporary_name(name)
+            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=directory)
+            _rename_or_remove(directory, tmp, name)
+        finally:
+            os.close(fd)  # a file never linked in is freed with it: a failure leaves nothing behind
+
+    def _unnamed_file(self, directory: int) -> int | None:
+        """A writable file with no name in ``directory``, or None where its file system makes none (then this
+        sink stops asking)."""
+        try:
+            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666, dir_fd=directory)
+        except OSError as err:
+            # EISDIR: a kernel older than O_TMPFILE; EOPNOTSUPP: a file system without it (NFS, some FUSE)
+            if err.errno not in (errno.EOPNOTSUPP, errno.EISDIR):
+                raise
+            self._unnamed = False
+            return None
+
+    def _replace_named(self, directory: int, name: str, data: Encoded) -> None:
+        """Write beside ``name`` under a temporary name and rename it over ``name``."""
+        tmp = _temporary_name(name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=directory)
+        try:
+            _write_parts(fd, data)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            _remove_quietly(directory, tmp)
             raise
+        finally:
+            os.close(fd)
+        _rename_or_remove(directory, tmp, name)
 
     @contextmanager
     def _naming(self, what: str, key: str) -> Iterator[None]:
@@ -178,8 +218,8 @@ class LocalSink(Sink):
 
     def put(self, key: str, data: Encoded) -> None:
         path = self._path(key)
-        with self._naming("writing", key), self._locked(path, exclusive=False):
-            self._replace(path, data)
+        with self._naming("writing", key), self._locked(path, exclusive=False) as directory:
+            self._replace(directory, os.path.basename(path), data)
         accounting.record(self.label, "put", key, len(data))
 
     def delete(self, key: str) -> None:
@@ -193,14 +233,14 @@ class LocalSink(Sink):
 
     def update(self, key: str, merge: Merge) -> None:
         path = self._path(key)
-        with self._naming("updating", key), self._locked(path, exclusive=True):
+        with self._naming("updating", key), self._locked(path, exclusive=True) as directory:
             got = self.source.read_settled(key)
             new = merge(None if got is None else got.data)
             if new is None:
                 if got is not None:
                     raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
                 return
-            self._replace(path, new)
+            self._replace(directory, os.path.basename(path), new, exists=got is not None)
         accounting.record(self.label, "put", key, len(new))
 
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
@@ -218,6 +258,33 @@ class LocalSink(Sink):
                 except OSError:  # not empty: another writer is already filling it
                     pass
         accounting.record(self.label, "delete", prefix)
+
+
+def _write_parts(fd: int, data: Encoded) -> None:
+    """Every byte of ``data`` to ``fd``: small parts (a shard's chunks) gathered in a buffer, a part larger than
+    the buffer straight to write(2)."""
+    with open(fd, "wb", closefd=False) as f:
+        for part in parts_of(data):
+            f.write(part)
+
+
+def _temporary_name(name: str) -> str:
+    return f".{name}.{uuid.uuid4().hex}.zarrmax-tmp"
+
+
+def _rename_or_remove(directory: int, tmp: str, name: str) -> None:
+    try:
+        os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        _remove_quietly(directory, tmp)
+        raise
+
+
+def _remove_quietly(directory: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=directory)
+    except FileNotFoundError:
+        pass
 
 
 class ObstoreSink(Sink):
