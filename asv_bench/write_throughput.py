@@ -10,7 +10,8 @@ encoding (zstd level 1) for every stack. Stacks, each writing the whole array to
 
 - ``put``: the raw PUT ceiling: the stored objects of the array (encoded beforehand, metadata included) sent
   with nothing else: concurrent obstore PUTs at zarrmax's concurrency (MinIO), or files written by a thread
-  per object slot (local, ``--workers`` threads);
+  per object slot (local, ``--workers`` threads; on Linux each written with no name, ``O_TMPFILE``, then
+  linked in: the fastest raw write measured here, and what zarrmax does);
 - ``encode``: the encode ceiling: every stored object encoded with zarr's codecs (what zarrmax runs) by a
   thread per core, into memory, nothing written;
 - ``to_zarr``: ``Dataset.to_zarr`` (engine zarr, Zarr v3) of the dask-chunked Dataset (one dask chunk per
@@ -62,6 +63,7 @@ from throughput import Layout, layouts  # noqa: E402
 warnings.filterwarnings("ignore")
 
 STACKS = ("put", "encode", "to_zarr", "zarrmax")
+UNNAMED_FILES = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
 BUCKET = "write-throughput"
 
 
@@ -147,12 +149,32 @@ class Target:
 
             def one(item: tuple[str, bytes]) -> int:
                 path = root / item[0]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(item[1])
+                if not UNNAMED_FILES:
+                    path.write_bytes(item[1])
+                    return len(item[1])
+                # The fastest raw write measured here: a file with no name, written, then linked in (about 1.2x
+                # faster than writing a named file, for 0.8-1 MB objects on ext4); zarrmax writes so too.
+                fd = os.open(path.parent, os.O_TMPFILE | os.O_WRONLY, 0o666)
+                try:
+                    view = memoryview(item[1])
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=dirs[str(path.parent)])
+                finally:
+                    os.close(fd)
                 return len(item[1])
 
-            with ThreadPoolExecutor(self.workers) as ex:
-                return sum(ex.map(one, objects.items()))
+            dirs: dict[str, int] = {}
+            for parent in {str((root / key).parent) for key in objects}:
+                os.makedirs(parent, exist_ok=True)
+                dirs[parent] = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+
+            try:
+                with ThreadPoolExecutor(self.workers) as ex:
+                    return sum(ex.map(one, objects.items()))
+            finally:
+                for fd in dirs.values():
+                    os.close(fd)
         import obstore
 
         from xarray_zarrmax import get_config
