@@ -49,11 +49,11 @@ def test_new_objects_get_no_temporary_name_with_unnamed_files(tmp_path: Path, mo
     sink = sinks.LocalSink(tmp_path)
     named: list[str] = []
     real = sinks._temporary_name
-    monkeypatch.setattr(sinks, "_temporary_name", lambda name: named.append(name) or real(name))
+    monkeypatch.setattr(sinks, "_temporary_name", lambda: named.append("v/c/0") or real())
     sink.put("v/c/0", b"new")
     assert named == []
     sink.put("v/c/0", b"again")  # the key exists: linked in under a temporary name, renamed over it
-    assert named == ["0"]
+    assert named == ["v/c/0"]
     assert (tmp_path / "v/c/0").read_bytes() == b"again" and _files(tmp_path) == ["v/c/0"]
 
 
@@ -111,7 +111,7 @@ def _refusing_unnamed_files(code: int) -> Any:
 
     def fake(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         if flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1):
-            raise OSError(code, os.strerror(code))
+            raise OSError(code, os.strerror(code), path)  # as os.open names it: '.' in the directory
         return real(path, flags, *args, **kwargs)
 
     return fake
@@ -136,4 +136,50 @@ def test_other_errors_making_an_unnamed_file_are_raised(tmp_path: Path, monkeypa
     with pytest.raises(PermissionError) as info:
         sink.put("v/c/0", b"x")
     assert any("'v/c/0'" in note for note in info.value.__notes__)
+    # the error names the object's path, not the directory ('.') the unnamed file was asked of
+    assert info.value.filename == str(tmp_path / "v/c/0") and "'.'" not in str(info.value)
+    assert sink._unnamed and _files(tmp_path) == []
+
+
+def test_a_key_of_255_bytes_is_written_and_replaced(sink: sinks.LocalSink, tmp_path: Path) -> None:
+    key = "v/" + "n" * 255
+    sink.put(key, b"first")
+    sink.put(key, b"second")
+    sink.update(key, lambda stored: bytes(stored) + b"+merged")
+    assert (tmp_path / key).read_bytes() == b"second+merged" and _files(tmp_path) == [key]
+
+
+def _refusing_links(code: int) -> Any:
+    def fake(src: Any, dst: Any, **kwargs: Any) -> None:
+        raise OSError(code, os.strerror(code), src, dst)
+
+    return fake
+
+
+@pytest.mark.parametrize(("code", "stays_unnamed"), [(errno.EPERM, False), (errno.EXDEV, False),
+                                                      (errno.ENOENT, True)])
+def test_a_refused_link_writes_the_named_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int,
+                                             stays_unnamed: bool) -> None:
+    """A file system without hard links (EPERM) or a /proc that cannot reach the file (EXDEV): named files from
+    then on. ENOENT (the directory removed meanwhile) only for this object: the named way then says so."""
+    if not HAS_UNNAMED_FILES:
+        pytest.skip("this system has no O_TMPFILE or no /proc/self/fd")
+    sink = sinks.LocalSink(tmp_path)
+    sink.put("v/c/1", b"before")
+    monkeypatch.setattr(sinks.os, "link", _refusing_links(code))
+    sink.put("v/c/0", b"new")
+    sink.put("v/c/1", b"replaced")
+    assert sink._unnamed is stays_unnamed
+    assert (tmp_path / "v/c/0").read_bytes() == b"new" and (tmp_path / "v/c/1").read_bytes() == b"replaced"
+    assert _files(tmp_path) == ["v/c/0", "v/c/1"]
+
+
+def test_other_link_errors_are_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not HAS_UNNAMED_FILES:
+        pytest.skip("this system has no O_TMPFILE or no /proc/self/fd")
+    sink = sinks.LocalSink(tmp_path)
+    monkeypatch.setattr(sinks.os, "link", _refusing_links(errno.EMLINK))
+    with pytest.raises(OSError, match="Too many links") as info:
+        sink.put("v/c/0", b"x")
+    assert info.value.filename == str(tmp_path / "v/c/0") and info.value.filename2 is None
     assert sink._unnamed and _files(tmp_path) == []

@@ -169,18 +169,30 @@ class LocalSink(Sink):
         try:
             _write_parts(fd, data)
             # linkat(AT_SYMLINK_FOLLOW) of the descriptor's /proc link: the one way to name an O_TMPFILE file
-            # without privileges; the name appears with every byte written. It fails where the name exists.
-            if not exists:
-                try:
-                    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory)
-                    return
-                except FileExistsError:
-                    pass
-            tmp = _temporary_name(name)
-            os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=directory)
-            _rename_or_remove(directory, tmp, name)
+            # without privileges (os.link takes that path only when given a dir_fd: plain link(2) would not
+            # follow the /proc link). The name appears with every byte written; it fails where the name exists.
+            try:
+                if not exists:
+                    try:
+                        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory)
+                        return
+                    except FileExistsError:
+                        pass
+                tmp = _temporary_name()
+                os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=directory)
+            except OSError as err:
+                if err.errno not in _LINK_REFUSED:
+                    raise
+                if err.errno != errno.ENOENT:  # no hard links on this file system: named files from now on
+                    self._unnamed = False
+            else:
+                _rename_or_remove(directory, tmp, name)
+                return
         finally:
             os.close(fd)  # a file never linked in is freed with it: a failure leaves nothing behind
+        # The link was refused, or the directory is gone (ENOENT): the named way writes the bytes again, and
+        # raises what is wrong if anything still is.
+        self._replace_named(directory, name, data)
 
     def _unnamed_file(self, directory: int) -> int | None:
         """A writable file with no name in ``directory``, or None where its file system makes none (then this
@@ -196,7 +208,7 @@ class LocalSink(Sink):
 
     def _replace_named(self, directory: int, name: str, data: Encoded) -> None:
         """Write beside ``name`` under a temporary name and rename it over ``name``."""
-        tmp = _temporary_name(name)
+        tmp = _temporary_name()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=directory)
         try:
             _write_parts(fd, data)
@@ -209,10 +221,13 @@ class LocalSink(Sink):
 
     @contextmanager
     def _naming(self, what: str, key: str) -> Iterator[None]:
-        """OSError from the file system names the temporary file at most: say which object and store."""
+        """OSError from the file system names the directory ('.'), the file's /proc link or a temporary name at
+        most: name the object's path instead, and say which object and store."""
         try:
             yield
         except OSError as err:
+            if _is_internal_name(err.filename):
+                err.filename, err.filename2 = self._path(key), None
             err.add_note(f"while {what} {key!r} in {self.label}")
             raise
 
@@ -268,8 +283,20 @@ def _write_parts(fd: int, data: Encoded) -> None:
             f.write(part)
 
 
-def _temporary_name(name: str) -> str:
-    return f".{name}.{uuid.uuid4().hex}.zarrmax-tmp"
+def _temporary_name() -> str:
+    # Not derived from the key: a key of up to 255 bytes must be replaceable too.
+    return f".{uuid.uuid4().hex}.zarrmax-tmp"
+
+
+#: linkat errors that mean "not here" rather than a failed write: a file system without hard links (EPERM,
+#: EOPNOTSUPP), a /proc that cannot reach the file (EXDEV), a directory removed meanwhile (ENOENT)
+_LINK_REFUSED = (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOENT)
+
+
+def _is_internal_name(filename: object) -> bool:
+    """Whether an OSError's file name is one of ours rather than the object's path."""
+    return isinstance(filename, str) and (filename == "." or filename.startswith("/proc/self/fd/")
+                                          or filename.endswith(".zarrmax-tmp"))
 
 
 def _rename_or_remove(directory: int, tmp: str, name: str) -> None:
