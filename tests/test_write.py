@@ -382,6 +382,113 @@ def test_write_empty_chunks(tmp_path: Path, write_empty: bool) -> None:
     check_reads(tmp_path / "a.zarr", ds)
 
 
+def _chunk_files(root: Path, name: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(root / name / "c"))
+
+
+def test_write_empty_chunks_none_follows_encoding_and_zarr_config(tmp_path: Path) -> None:
+    """As xarray: None (the default) takes each variable's encoding, else zarr's config; never a failure after
+    the metadata was written (None once failed in the data tasks, leaving a store of metadata only)."""
+    values = np.full((8, 6), np.nan)
+    values[0, 0] = 1.0
+    ds = xr.Dataset({"v": (("x", "y"), values)})
+    old = xr.Dataset({"v": (("x", "y"), np.arange(48.0).reshape(8, 6))})
+    xarray_zarrmax.to_zarr(old, tmp_path / "a.zarr")
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", mode="w", write_empty_chunks=None)
+    check_reads(tmp_path / "a.zarr", ds)
+    layout = {"chunks": (2, 3)}
+    for name, kwargs, context in (
+        ("encoding", {"encoding": {"v": {**layout, "write_empty_chunks": True}}}, {}),
+        ("config", {"encoding": {"v": layout}}, {"array.write_empty_chunks": True}),
+        ("default", {"encoding": {"v": layout}}, {}),
+    ):
+        import zarr
+
+        with zarr.config.set(context):
+            xarray_zarrmax.to_zarr(ds, tmp_path / f"{name}-zm.zarr", **kwargs)
+            ds.to_zarr(tmp_path / f"{name}-xr.zarr", zarr_format=3, **kwargs)
+        expected = _chunk_files(tmp_path / f"{name}-xr.zarr", "v")
+        assert _chunk_files(tmp_path / f"{name}-zm.zarr", "v") == expected == (1 if name == "default" else 8)
+        check_reads(tmp_path / f"{name}-zm.zarr", ds)
+
+
+def test_write_empty_chunks_of_the_wrong_type_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="expected write_empty_chunks as a bool or None. Got 'yes'"):
+        xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr", write_empty_chunks="yes")  # type: ignore[arg-type]
+    assert not (tmp_path / "a.zarr").exists()
+
+
+def test_zarr_format_none_is_format_3_and_2_is_refused(tmp_path: Path) -> None:
+    xarray_zarrmax.to_zarr(sample(), tmp_path / "a.zarr", zarr_format=None)
+    assert json.loads((tmp_path / "a.zarr/zarr.json").read_text())["zarr_format"] == 3
+    with pytest.raises(ValueError, match="Zarr format 3 only. Got zarr_format=2"):
+        xarray_zarrmax.to_zarr(sample(), tmp_path / "b.zarr", zarr_format=2)
+
+
+@pytest.mark.parametrize("how", ["mode a", "append", "region", "group below"])
+def test_an_existing_zarr_v2_store_is_refused_not_hidden(tmp_path: Path, how: str) -> None:
+    """A v3 group written beside a v2 group's .zgroup hides every v2 variable from readers: refused, and the
+    store is left as it was."""
+    target = tmp_path / "v2.zarr"
+    old = xr.Dataset({"a": (("x",), np.arange(8.0))}, attrs={"title": "v2"})
+    old.to_zarr(target, zarr_format=2)
+    before = sorted(str(p.relative_to(target)) for p in target.rglob("*"))
+    kwargs: dict[str, Any] = {
+        "mode a": {"mode": "a"},
+        "append": {"append_dim": "x"},
+        "region": {"region": {"x": slice(2, 4)}},
+        "group below": {"group": "sub/inner", "mode": "w"},
+    }[how]
+    new = old.isel(x=slice(2, 4)) * 10 if how == "region" else xr.Dataset({"c": (("y",), np.ones(3))})
+    if how == "append":
+        new = old
+    with pytest.raises(ValueError, match=r"holds a Zarr format 2 group \('(sub/)?\.zgroup'\).*format 3 only"):
+        xarray_zarrmax.to_zarr(new, target, **kwargs)
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == before
+    with xr.open_dataset(target, engine="zarr") as got:
+        xr.testing.assert_identical(got.load(), old)
+
+
+def test_mode_w_replaces_a_zarr_v2_store(tmp_path: Path) -> None:
+    target = tmp_path / "v2.zarr"
+    xr.Dataset({"a": (("x",), np.arange(8.0))}).to_zarr(target, zarr_format=2)
+    new = xr.Dataset({"c": (("y",), np.ones(3))})
+    xarray_zarrmax.to_zarr(new, target, mode="w")
+    assert not (target / ".zgroup").exists() and not (target / "a").exists()
+    check_reads(target, new)
+
+
+def test_a_read_only_store_is_refused_and_left_alone(tmp_path: Path) -> None:
+    import zarr
+
+    old = xr.Dataset({"keep": (("y",), np.arange(3.0))})
+    xarray_zarrmax.to_zarr(old, tmp_path / "a.zarr")
+    for path, mode in ((tmp_path / "a.zarr", "w"), (tmp_path / "new.zarr", "w-")):
+        with pytest.raises(ValueError, match="Store is read-only: to_zarr needs a writable store"):
+            xarray_zarrmax.to_zarr(sample(), zarr.storage.LocalStore(path, read_only=True), mode=mode)
+    assert not (tmp_path / "new.zarr").exists()
+    check_reads(tmp_path / "a.zarr", old)
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "r+"}, {"region": {"time": slice(0, 2)}}])
+def test_writing_into_a_missing_store_creates_nothing(tmp_path: Path, kwargs: dict[str, Any]) -> None:
+    ds = sample().isel(time=slice(0, 2)) if "region" in kwargs else sample()
+    with pytest.raises(FileNotFoundError) as info:
+        xarray_zarrmax.to_zarr(ds.drop_vars(["flag"]), tmp_path / "missing.zarr", **kwargs)
+    assert f"file://{tmp_path / 'missing.zarr'}" in str(info.value) and "Staging" not in str(info.value)
+    assert not (tmp_path / "missing.zarr").exists()
+
+
+def test_dask_chunks_of_unknown_size_are_refused_by_name(tmp_path: Path) -> None:
+    import dask.array as da
+
+    values = da.from_array(np.arange(6.0), chunks=3)
+    ds = xr.Dataset({"a": (("x",), values[values > 1])})
+    with pytest.raises(ValueError, match=r"variable 'a' has dask chunks of unknown size \(\(nan, nan\),\)"):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr")
+    assert not (tmp_path / "a.zarr").exists()
+
+
 def test_whole_shard_of_fill_values_deletes_it(where: dict[str, Any]) -> None:
     ds = sample()
     write(where, ds, encoding={"temp": SHARDED})

@@ -170,7 +170,9 @@ class StagingStore(Store):
                 yield name
 
     def __repr__(self) -> str:
-        return f"StagingStore({self.label!r})"  # the label: the base's repr is a third party's
+        # The target's label alone: zarr's errors quote the store ("No group found in store ..."), and the
+        # user knows the target, not this class. Never the base's repr: it is a third party's.
+        return self.label or "a new store"
 
     def with_read_only(self, read_only: bool = False) -> Any:
         if read_only:

@@ -102,6 +102,9 @@ class Sink:
         """Delete every object under ``prefix`` ("": the whole store)."""
         raise NotImplementedError
 
+    #: Whether the target can hold Zarr format 2 groups (`to_zarr` refuses to write into one).
+    may_hold_v2 = True
+
     #: Whether data tasks return something the caller must `collect` (see `task_result`).
     collects = False
 
@@ -112,6 +115,10 @@ class Sink:
         """What a data task returns besides its count, for `collect` (an Icechunk fork with its writes, where
         the task ran on a copy of the sink pickled to another process)."""
         return None
+
+    def existing_store(self) -> Any:
+        """A read-only zarr Store over what the target holds now, or None where it holds nothing yet."""
+        return self.source.zarr_store()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
@@ -135,6 +142,10 @@ class LocalSink(Sink):
 
     def _path(self, key: str) -> str:
         return self.source._path(key)
+
+    def existing_store(self) -> Any:
+        # a directory not made yet holds nothing (zarr's read-only LocalStore refuses a missing root)
+        return self.source.zarr_store() if os.path.isdir(self.source.root) else None
 
     @contextmanager
     def _locked(self, path: str, *, exclusive: bool) -> Iterator[int]:
@@ -433,6 +444,8 @@ _OBJECT_LOCKS = tuple(threading.Lock() for _ in range(64))
 class IcechunkSink(Sink):
     """A writable Icechunk ``Session`` or ``ForkSession``; see the module docstring."""
 
+    may_hold_v2 = False  # Icechunk stores Zarr format 3 only (and errors on a v2 key)
+
     source: ZarrStoreSource
 
     def __init__(self, session: Any) -> None:
@@ -535,10 +548,10 @@ def merge_forks(forks: list[Any]) -> Any:
 
 
 def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> Sink:
-    """Where `to_zarr` writes: a local path or ``file://`` URL (created if missing), an ``s3://`` URL (options as
-    for reading, see `xarray_zarrmax.stores.obstore_s3_options`), an obstore store, zarr's ``ObjectStore`` or
-    ``LocalStore``, a writable Icechunk ``Session`` or ``ForkSession`` (or its ``IcechunkStore``). Anything else
-    raises TypeError: it would be written by zarr-python, without our
+    """Where `to_zarr` writes: a local path or ``file://`` URL (created by the first write), an ``s3://`` URL
+    (options as for reading, see `xarray_zarrmax.stores.obstore_s3_options`), an obstore store, zarr's
+    ``ObjectStore`` or ``LocalStore`` (not opened read-only), a writable Icechunk ``Session`` or ``ForkSession``
+    (or its ``IcechunkStore``). Anything else raises TypeError: it would be written by zarr-python, without our
     guarantees, so say so rather than do it silently."""
     from .stores import _no_storage_options, _scheme, s3_store_from_url
 
@@ -553,8 +566,7 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
             path = os.path.abspath(os.path.expanduser(target.split("://", 1)[1] if scheme else target))
             if os.path.exists(path) and not os.path.isdir(path):
                 raise FileExistsError(f"expected a directory to write a Zarr store to. Got a file: {path!r}")
-            os.makedirs(path, exist_ok=True)
-            return LocalSink(path)
+            return LocalSink(path)  # its directories are made with the first object written there
         raise TypeError(f"to_zarr writes to local paths and s3:// URLs (or obstore stores). Got a {scheme!r} URL.")
     _no_storage_options(storage_options, f"a {type(target).__name__}")
     if isinstance(target, ObstoreSource):
@@ -568,10 +580,13 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
         return IcechunkSink(target.session)  # an IcechunkStore: the session it writes through
     from zarr.storage import LocalStore, ObjectStore
 
+    if isinstance(target, (ObjectStore, LocalStore)) and target.read_only:
+        # xarray refuses too ("Store is read-only"); the sink would write through its own handle regardless
+        raise ValueError(f"Store is read-only: to_zarr needs a writable store. Got {type(target).__name__} opened "
+                         "with read_only=True; open it with read_only=False to write.")
     if isinstance(target, ObjectStore):
         return _obstore_sink(target.store)
     if isinstance(target, LocalStore):
-        os.makedirs(target.root, exist_ok=True)
         return LocalSink(target.root)
     raise TypeError("to_zarr writes to a local path, an s3:// URL, an obstore store, zarr's ObjectStore or "
                     "LocalStore, or a writable Icechunk session. "
@@ -588,6 +603,5 @@ def _obstore_sink(store: Any) -> Sink:
     written shard needs, and our `LocalSink` makes the same merge safe with a directory lock."""
     if _is_obstore_local(store):
         root = os.fspath(store.prefix) if store.prefix is not None else os.sep
-        os.makedirs(root, exist_ok=True)
         return LocalSink(root)
     return ObstoreSink(ObstoreSource(store))

@@ -87,7 +87,7 @@ WriteMode = Literal["w", "w-", "a", "a-", "r+"]
 
 def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str | None,
            encoding: Mapping[str, Any] | None, consolidated: bool | None, region: Any, append_dim: Hashable | None,
-           write_empty_chunks: bool) -> _Recorder:
+           write_empty_chunks: bool | None) -> _Recorder:
     """Run xarray's own Zarr writer against ``staging``: its metadata lands there, its data in the recorder."""
     from xarray.backends.writers import _validate_dataset_names, dump_to_store, get_writable_zarr_store
 
@@ -107,7 +107,7 @@ def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str
     return recorder
 
 
-def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks: bool) -> list[ArrayWrite]:
+def _array_writes(recorder: _Recorder, staging: StagingStore) -> list[ArrayWrite]:
     paths = [target.path for _, target, _ in recorder.writes]
     existed = run_sync(gather_or_cancel(*(_existed(staging, p) for p in paths)))  # one concurrent batch
     out = []
@@ -117,7 +117,9 @@ def _array_writes(recorder: _Recorder, staging: StagingStore, write_empty_chunks
             raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
         shape = tuple(metadata.shape)
         start = tuple(r.indices(n)[0] for r, n in zip(region, shape, strict=True)) if region else (0,) * len(shape)
-        codec = ObjectCodec(metadata, write_empty_chunks)
+        # The array's own setting, as xarray resolved it (the argument, the variable's encoding, zarr's config)
+        codec = ObjectCodec(metadata, bool(target.config.write_empty_chunks))
+        codec.spec()  # a codec zarr cannot set up fails here, before any metadata is written
         out.append(ArrayWrite(ArrayTarget(target.path, codec, not before), source, start))
     return out
 
@@ -135,12 +137,50 @@ def _staged(ds: Any, sink: Sink, encoding: Mapping[str, Any] | None,
     """xarray's writer run against a staging store over ``sink``: nothing is written yet."""
     from ._staging import StagingStore
 
-    staging = StagingStore(sink.source.zarr_store(), sink.label, sink.source.scrubbed)
+    staging = StagingStore(sink.existing_store(), sink.label, sink.source.scrubbed)
     try:
+        if sink.may_hold_v2:
+            _refuse_v2(staging, staging_args)
         return staging, _stage(ds, staging, encoding=encoding, **staging_args)
     except Exception as err:
         err.add_note(f"while preparing the metadata to write to {sink.label} (nothing was written)")
         raise
+
+
+def _refuse_v2(staging: StagingStore, staging_args: Mapping[str, Any]) -> None:
+    """Refuse to write into a Zarr v2 group (the target group or one above it): a v3 group written beside its
+    ``.zgroup`` would hide its arrays from every reader, which opens the v3 one. Mode "w" replaces the target
+    group itself, its v2 files included."""
+    group = (staging_args.get("group") or "").strip("/")
+    parts = group.split("/") if group else []
+    prefixes = [("/".join(parts[:i]) + "/") if i else "" for i in range(len(parts) + 1)]
+    mode = staging_args.get("mode") or ("a" if staging_args.get("append_dim") is not None
+                                        else "r+" if staging_args.get("region") is not None else "w-")
+    if mode == "w":
+        prefixes = prefixes[:-1]
+    keys = [f"{p}{name}" for p in prefixes for name in (".zgroup", ".zarray")]
+    if staging.base is None or not keys:
+        return
+    found = run_sync(gather_or_cancel(*(staging.exists(k) for k in keys)))  # the base's errors, scrubbed
+    v2 = [k for k, hit in zip(keys, found, strict=True) if hit]
+    if v2:
+        raise ValueError(
+            f"{staging.label} holds a Zarr format 2 {'array' if v2[0].endswith('.zarray') else 'group'} "
+            f"({v2[0]!r}): xarray_zarrmax.to_zarr writes Zarr format 3 only, and a format 3 group beside it "
+            f"would hide its variables from readers (mode={mode!r}). Write to a new store, use mode='w' to "
+            "replace it, or write with Dataset.to_zarr(zarr_format=2)."
+        )
+
+
+def _check_known_chunk_sizes(ds: Any) -> None:
+    """Dask chunks of unknown size (NaN, e.g. after boolean indexing) cannot be matched to stored objects."""
+    for name, variable in ds.variables.items():
+        chunks = getattr(variable, "chunks", None)
+        if chunks and any(np.isnan(c) for dim in chunks for c in dim):
+            raise ValueError(
+                f"variable {name!r} has dask chunks of unknown size {tuple(chunks)}: compute them first "
+                "(dask's compute_chunk_sizes(), or .persist()) so each can be placed in its shards."
+            )
 
 
 def _with_advised_layout(ds: Any, store: Any, sink: Sink, patterns: Mapping[str, Any],
@@ -154,7 +194,7 @@ def _with_advised_layout(ds: Any, store: Any, sink: Sink, patterns: Mapping[str,
     prefix = f"{staging_args['group'].strip('/')}/" if staging_args.get("group") else ""
     paths = frozenset(prefix + n for n in names)
     staging, recorder = _staged(ds, sink, None, staging_args)
-    existing = sorted(w.target.path for w in _array_writes(recorder, staging, staging_args["write_empty_chunks"])
+    existing = sorted(w.target.path for w in _array_writes(recorder, staging)
                       if w.target.path in paths and not w.target.fresh)
     if existing:
         raise ValueError(
@@ -308,8 +348,9 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
             group: str | None = None, encoding: Mapping[str, Any] | Literal["advise"] | None = None,
             consolidated: bool | None = None,
             region: Mapping[str, slice | Literal["auto"]] | Literal["auto"] | None = None,
-            append_dim: Hashable | None = None, zarr_format: int = 3,
-            storage_options: dict[str, Any] | None = None, compute: bool = True, write_empty_chunks: bool = False,
+            append_dim: Hashable | None = None, zarr_format: int | None = None,
+            storage_options: dict[str, Any] | None = None, compute: bool = True,
+            write_empty_chunks: bool | None = None,
             align_chunks: bool = False, patterns: Mapping[str, Any] | None = None,
             advise_options: Mapping[str, Any] | None = None) -> Any:
     """Write ``ds`` to a Zarr v3 store: one dask task and one PUT per shard.
@@ -335,7 +376,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         ``advise_options["store"]`` names a place), then the data is rechunked to the advised shards
         (``align_chunks``) and written. A line on stderr says the layout chosen.
     zarr_format
-        3 only.
+        3, or None (xarray's default): format 3. An existing Zarr v2 store or group is refused, not appended to.
     compute
         False: metadata and the variables that are not dask arrays are written now (as ``Dataset.to_zarr``
         does), dask arrays when the returned ``dask.delayed`` object is computed. For an
@@ -343,7 +384,9 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         (merge it, ``session.merge(fork)``, before committing), or None where every task ran in this process
         and wrote into the session itself.
     write_empty_chunks
-        False (as zarr-python's default): chunks (and shards) holding only the fill value are not stored.
+        As xarray: None takes each variable's ``encoding["write_empty_chunks"]``, else zarr's config
+        (``array.write_empty_chunks``, False by default: chunks and shards holding only the fill value are not
+        stored); True or False sets it for every variable.
     align_chunks
         Dask chunks must not split a shard (two tasks would write the same object): ValueError naming the
         variable, dimension and sizes, unless this is True, which rechunks to one dask chunk per shard.
@@ -363,8 +406,11 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     None, or with ``compute=False`` a ``dask.delayed`` object that writes the data (and returns the number of
     stored objects written; for an Icechunk session, the fork to merge or None).
     """
-    if zarr_format != 3:
+    if zarr_format not in (None, 3):
         raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
+    if write_empty_chunks is not None and not isinstance(write_empty_chunks, bool):
+        raise ValueError(f"expected write_empty_chunks as a bool or None. Got {write_empty_chunks!r}.")
+    _check_known_chunk_sizes(ds)
     from dask.base import is_dask_collection
 
 
@@ -384,7 +430,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
                                            staging_args)
         encoding = None
     staging, recorder = _staged(ds, sink, encoding, staging_args)
-    writes = _array_writes(recorder, staging, write_empty_chunks)
+    writes = _array_writes(recorder, staging)
     # alignment errors before any write; advised variables are aligned to shards their writer never saw
     arrays = [_as_dask(w, align_chunks or w.target.path in advised) for w in writes]
     _commit_metadata(sink, staging)
