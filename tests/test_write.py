@@ -201,15 +201,17 @@ def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int
         assert bytes(got) == expected.to_bytes()
 
 
-@pytest.mark.parametrize("compressors", [None, "zstd"])
+@pytest.mark.parametrize("compressors", [None, "zstd", "blosc", "gzip", "crc32c"])
 @pytest.mark.parametrize("case", ["edge shard, write_empty_chunks", "region merge", "appends"])
 def test_partial_and_edge_shards_store_zarrs_bytes(tmp_path: Path, case: str, compressors: str | None) -> None:
     """Which inner chunks a shard stores follows zarr: none wholly outside the array (even with
     write_empty_chunks=True), and a merge keeps the inner chunks it does not write as they were (stored, or
-    left out) -- so the files are zarr's, byte for byte."""
+    left out) -- so the files are zarr's, byte for byte, with our own encoder (zstd) or zarr's chain per inner
+    chunk (blosc, gzip, crc32c)."""
     import zarr
 
-    comp = None if compressors is None else [zarr.codecs.ZstdCodec(level=1)]
+    comp = {None: None, "zstd": [zarr.codecs.ZstdCodec(level=1)], "blosc": [zarr.codecs.BloscCodec()],
+            "gzip": [zarr.codecs.GzipCodec()], "crc32c": [zarr.codecs.Crc32cCodec()]}[compressors]
     files: dict[str, dict[str, bytes]] = {}
     for name in ("ours", "zarr"):
         path = tmp_path / f"{name}.zarr"
@@ -241,20 +243,23 @@ def test_partial_and_edge_shards_store_zarrs_bytes(tmp_path: Path, case: str, co
     assert files["ours"] == files["zarr"]
 
 
-def test_unusual_shards_keep_zarrs_encoder() -> None:
-    """Codecs the shard encoder does not reproduce are left to zarr's chain."""
+def test_shards_of_other_inner_codecs_use_zarrs_chain_per_chunk_and_unusual_indexes_zarrs_encoder() -> None:
+    """Shards are laid out here whatever their inner codecs (zarr's chain encodes each inner chunk that is not
+    bytes+zstd); an index the shard encoder does not reproduce leaves the whole object to zarr's chain."""
     import zarr
 
+    from xarray_zarrmax.shard_encode import ChainEncoder, PlainEncoder
     from xarray_zarrmax.write_codec import ObjectCodec
 
     def fast(**kwargs: Any) -> Any:
         array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8,), chunks=(4,), dtype="f4", **kwargs)
         return ObjectCodec(array.metadata, False)._fast
 
-    assert fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()]) is not None
-    assert fast(shards=(8,), compressors=[zarr.codecs.GzipCodec()]) is None
+    assert isinstance(fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()]).inner, PlainEncoder)
+    assert isinstance(fast(shards=(8,), compressors=[zarr.codecs.GzipCodec()]).inner, ChainEncoder)
     transposed = [zarr.codecs.TransposeCodec(order=(0,))]
-    assert fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()], filters=transposed) is None
+    assert isinstance(fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()], filters=transposed).inner,
+                      ChainEncoder)
     index_without_crc = zarr.codecs.ShardingCodec(chunk_shape=(4,), index_codecs=[zarr.codecs.BytesCodec()])
     assert fast(serializer=index_without_crc, compressors=None, filters=None) is None
 

@@ -7,7 +7,11 @@ zarr-python's codec chain copies every chunk through its own buffers (4.1 ms aga
 same numcodecs compressor zarr's ``ZstdCodec`` calls, on the same bytes its ``BytesCodec`` makes, the chunks
 of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid out and indexed as zarr's
 ``ShardingCodec`` lays them out. Which chunks are left out as empty is decided by zarr's own
-``chunk_is_empty``. Anything else returns None from the planners, and the caller uses zarr's chain.
+``chunk_is_empty``. A shard whose inner chunks use other codecs (blosc, gzip, crc32c, transpose, a nested
+shard) is laid out here too, each inner chunk encoded by zarr's own chain (`ChainEncoder`): which inner chunks
+a shard stores then follows the same rules whatever the codecs (none wholly outside the array; a merge keeps
+the chunks it does not write as they were). Anything else returns None from the planners, and the caller uses
+zarr's chain for the whole object.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ class PlainEncoder:
     endian: str | None
     compressor: Any
 
+    def chunk_encoder(self, chunk_spec: Any) -> Any:
+        """``encode``, as `ShardEncoder` asks every inner encoder for one (this one needs no spec)."""
+        return self.encode
+
     def encode(self, values: np.ndarray) -> bytes:
         array = np.ascontiguousarray(values)
         if array.dtype.itemsize > 1 and self.endian is not None:
@@ -80,10 +88,36 @@ class PlainEncoder:
 
 
 @dataclass(frozen=True)
-class ShardEncoder:
-    """A ``sharding_indexed`` object whose inner chunks use a `PlainEncoder`."""
+class ChainEncoder:
+    """Inner chunks of any codecs zarr runs synchronously, each through zarr's own chain: the bytes zarr's
+    ``ShardingCodec`` stores for the chunk."""
 
-    inner: PlainEncoder
+    codecs: tuple[Any, ...]
+
+    def chunk_encoder(self, chunk_spec: Any) -> Any:
+        """One chunk (an array of ``chunk_spec``'s shape) to its bytes, with the chain evolved for the spec as
+        zarr's ``ShardingCodec`` evolves its inner codecs."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.chunk_utils import ChunkTransform, evolve_codecs
+
+        transform = ChunkTransform(codecs=evolve_codecs(self.codecs, chunk_spec))
+        nd_buffer = default_buffer_prototype().nd_buffer
+
+        def encode(chunk: np.ndarray) -> bytes:
+            encoded = transform.encode_chunk(nd_buffer.from_numpy_array(np.ascontiguousarray(chunk)), chunk_spec)
+            if encoded is None:  # only a nested shard of nothing but empty chunks: the caller chose to store it
+                raise ValueError(f"zarr's codecs {self.codecs!r} encoded an inner chunk to nothing")
+            return encoded.to_bytes()
+
+        return encode
+
+
+@dataclass(frozen=True)
+class ShardEncoder:
+    """A ``sharding_indexed`` object laid out here, its inner chunks encoded by a `PlainEncoder` (bytes then
+    zstd, without zarr's buffers) or a `ChainEncoder` (anything else zarr runs synchronously)."""
+
+    inner: PlainEncoder | ChainEncoder
     chunk_shape: tuple[int, ...]
     grid: tuple[int, ...]  # chunks per shard, per dimension
     index_at_start: bool
@@ -100,13 +134,14 @@ class ShardEncoder:
         ``rule`` (one int8 per inner chunk): 1 store, 0 leave out, -1 (or no rule) store unless empty under
         ``chunk_spec``. ``pool`` encodes the inner chunks in parallel."""
         order = _write_order(self.grid)
+        encode = self.inner.chunk_encoder(chunk_spec)
 
         def one(coords: tuple[int, ...]) -> bytes | None:
             decide = -1 if rule is None else int(rule[coords])
             if decide == 0:
                 return None
             chunk = values[tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True))]
-            return None if decide < 0 and _is_empty(chunk, chunk_spec) else self.inner.encode(chunk)
+            return None if decide < 0 and _is_empty(chunk, chunk_spec) else encode(chunk)
 
         parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
         present = [p for p in parts if p is not None]
@@ -166,9 +201,11 @@ def plain_encoder(codecs: Any, dtype: np.dtype) -> PlainEncoder | None:
 
 
 def shard_encoder(codecs: Any, dtype: np.dtype, shard_shape: tuple[int, ...]) -> ShardEncoder | None:
-    """The encoder for a lone ``sharding_indexed`` codec with plain inner codecs, zarr's default index codecs
-    and Morton write order; else None."""
+    """The encoder for a lone ``sharding_indexed`` codec with zarr's default index codecs and Morton write
+    order, whose inner codecs are plain (`PlainEncoder`) or run synchronously in zarr (`ChainEncoder`); else
+    None."""
     from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec
+    from zarr.core.chunk_utils import ChunkTransform
 
     codecs = tuple(codecs)
     if len(codecs) != 1 or type(codecs[0]) is not ShardingCodec:
@@ -180,10 +217,15 @@ def shard_encoder(codecs: Any, dtype: np.dtype, shard_shape: tuple[int, ...]) ->
         return None
     if getattr(sharding, "subchunk_write_order", "morton") != "morton":
         return None
-    inner = plain_encoder(sharding.codecs, dtype)
+    inner: PlainEncoder | ChainEncoder | None = plain_encoder(sharding.codecs, dtype)
+    if inner is None:
+        try:
+            ChunkTransform(codecs=tuple(sharding.codecs))  # raises TypeError where a codec has no sync path
+        except TypeError:
+            return None
+        inner = ChainEncoder(tuple(sharding.codecs))
     chunk_shape = tuple(sharding.chunk_shape)
-    if inner is None or len(chunk_shape) != len(shard_shape) or any(
-            s % c for s, c in zip(shard_shape, chunk_shape, strict=True)):
+    if len(chunk_shape) != len(shard_shape) or any(s % c for s, c in zip(shard_shape, chunk_shape, strict=True)):
         return None
     location = getattr(sharding.index_location, "value", sharding.index_location)
     return ShardEncoder(inner, chunk_shape, tuple(s // c for s, c in zip(shard_shape, chunk_shape, strict=True)),
