@@ -428,3 +428,26 @@ def test_nczarr_dimrefs_come_from_the_stored_zarray_not_the_consolidated_copy(
         xr.testing.assert_identical(trees["zarrmax"][0], trees["zarr"][0])
         ours = trees["zarrmax"][0].to_dataset()
     assert ours["v"].dims == (live_dims[0].lstrip("/"),)
+
+
+@pytest.mark.parametrize("change", ["attrs changed", "attrs deleted", "group deleted"])
+def test_v2_consolidated_root_attributes_are_the_live_ones(tmp_path: Path, change: str) -> None:
+    """zarr-python reads the root's .zgroup and .zattrs with its .zmetadata: the root's attributes are the live
+    ones (not the consolidated copy, stale once they change), and without .zgroup there is no group."""
+    path = tmp_path / "s.zarr"
+    xr.Dataset({"v": ("x", np.arange(3.0))}, attrs={"ga": 1}).to_zarr(path, zarr_format=2, consolidated=True)
+    if change == "attrs changed":
+        zarr.open_group(path, mode="r+", zarr_format=2, use_consolidated=False).attrs["ga"] = 2
+    else:
+        (path / (".zattrs" if change == "attrs deleted" else ".zgroup")).unlink()
+    for consolidated in (None, True):
+        results = both(path, consolidated=consolidated)
+        if change == "group deleted":
+            assert all(isinstance(got, FileNotFoundError) for got, _ in results.values()), results
+            with pytest.raises(FileNotFoundError):
+                xr.open_datatree(path, engine="zarrmax", consolidated=consolidated)
+            continue
+        ours = assert_same_datasets(results)
+        assert ours.attrs == ({"ga": 2} if change == "attrs changed" else {})
+        trees = [xr.open_datatree(path, engine=engine, consolidated=consolidated) for engine in ENGINES]
+        assert trees[0].attrs == trees[1].attrs == ours.attrs

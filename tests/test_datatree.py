@@ -369,12 +369,16 @@ def test_unconsolidated_v3_tree_lists_each_group_once(hierarchies, consolidated)
 
 @pytest.mark.s3
 @pytest.mark.parametrize("zarr_format", [None, 2])
-def test_consolidated_v2_tree_is_one_zmetadata_get(hierarchies, zarr_format):
+def test_consolidated_v2_tree_is_the_roots_three_documents(hierarchies, zarr_format):
+    """As zarr-python: .zmetadata with the root's own .zgroup (it must exist) and .zattrs (its live attributes),
+    sent together; nothing else but the coordinates' chunks."""
     target, kw = hierarchies[2, True]
     _, counts = counted_open(target, zarr_format=zarr_format, **kw)
     probes = ["zarr.json"] if zarr_format is None else []  # the v3 root is looked for first
-    assert [k for _, _, k in counts.keys if not k.rsplit("/", 1)[-1][0].isdigit()] == [*probes, ".zmetadata"]
-    assert counts.total("get") == len(probes) + 1 + 10
+    metadata = [k for _, _, k in counts.keys if not k.rsplit("/", 1)[-1][0].isdigit()]
+    assert metadata[:len(probes)] == probes
+    assert sorted(metadata[len(probes):]) == [".zattrs", ".zgroup", ".zmetadata"]
+    assert counts.total("get") == len(probes) + 3 + 10
     assert counts.total("list") == 0
     assert data_keys(counts) == COORDINATE_CHUNKS_V2
 
@@ -492,9 +496,9 @@ def waves_of(written_format: int, written_consolidated: bool, **kwargs: Any) -> 
 def test_consolidated_tree_is_two_round_trips():
     # the root's zarr.json, then the 10 index coordinates of every group together
     assert waves_of(3, True) == [Counter(meta=1), Counter(data=10)]
-    # v2: the v3 root is looked for first, unless zarr_format=2
-    assert waves_of(2, True) == [Counter(meta=1), Counter(meta=1), Counter(data=10)]
-    assert waves_of(2, True, zarr_format=2) == [Counter(meta=1), Counter(data=10)]
+    # v2: the v3 root is looked for first, unless zarr_format=2; then .zmetadata, .zgroup and .zattrs together
+    assert waves_of(2, True) == [Counter(meta=1), Counter(meta=3), Counter(data=10)]
+    assert waves_of(2, True, zarr_format=2) == [Counter(meta=3), Counter(data=10)]
 
 
 def test_unconsolidated_v3_walk_is_two_round_trips_per_level():

@@ -454,19 +454,21 @@ class _Loader:
 
     async def _load_v2(self) -> GroupNode | None:
         source, gpath = self.source, self.gpath
-        if self.consolidated is not False and not gpath:  # zarr-python reads .zmetadata at the root only
-            raw = await source.get(V2_CONSOLIDATED)
-            if raw is not None:
-                return await self._from_zmetadata(_parse_json(raw, _join(gpath, V2_CONSOLIDATED), source))
-        zgroup_raw, zattrs_raw = await asyncio.gather(
-            source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS))
+        # zarr-python reads .zmetadata at the root only, and with it the root's own .zgroup and .zattrs: the
+        # group must exist and its attributes are the live ones, not the consolidated copy
+        consolidated = self.consolidated is not False and not gpath
+        zgroup_raw, zattrs_raw, zmetadata_raw = await asyncio.gather(
+            source.get(_join(gpath, V2_GROUP)), source.get(_join(gpath, V2_ATTRS)),
+            source.get(V2_CONSOLIDATED) if consolidated else _nothing(),
         )
         if zgroup_raw is None:
             return None  # no group here at all: the caller says so
+        attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
+        if zmetadata_raw is not None:
+            return await self._from_zmetadata(_parse_json(zmetadata_raw, V2_CONSOLIDATED, source), attributes)
         if self.consolidated is not False:
             self._no_consolidated_metadata(_join(gpath, V2_CONSOLIDATED))
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
-        attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
         names = await self._member_names()
         arrays = await self._fetch_v2([n for n in names if self._wanted(n)])
         if self.variables is not None:
@@ -492,18 +494,22 @@ class _Loader:
         found = await asyncio.gather(*(one(n) for n in names))
         return {n.name: n for n in found if n is not None}
 
-    async def _from_zmetadata(self, doc: dict[str, Any]) -> GroupNode:
+    async def _from_zmetadata(self, doc: dict[str, Any], attributes: dict[str, Any]) -> GroupNode:
+        """The group's arrays from its consolidated metadata; ``attributes`` are its live ``.zattrs``."""
         source, gpath = self.source, self.gpath
         meta = doc.get("metadata")
         if not isinstance(meta, dict):
             raise MetadataError(f"expected a 'metadata' object in {_join(gpath, V2_CONSOLIDATED)!r} of {source.label}")
-        attributes = dict(meta.get(V2_ATTRS, {}) or {})
         available = await live_nczarr_dimrefs(
             source, gpath, _consolidated_v2_arrays(meta, _join(gpath, V2_CONSOLIDATED), source))
         arrays = await self._select(
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
         return GroupNode(gpath, 2, attributes, arrays)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _in_order(arrays: dict[str, ArrayNode], listing: list[str]) -> dict[str, ArrayNode]:

@@ -143,12 +143,15 @@ class _TreeLoader:
                         )
                     zarr_format = 3  # a v3 root: its groups are v3, and no v2 key is probed
             if zarr_format in (None, 2):
-                zmetadata = await self._get_json(V2_CONSOLIDATED)
+                # with .zmetadata zarr-python reads the root's .zgroup and .zattrs: the root must exist, and its
+                # attributes are the live ones, not the consolidated copy
+                zmetadata, zgroup, zattrs = await asyncio.gather(
+                    self._get_json(V2_CONSOLIDATED), self._get_json(V2_GROUP), self._get_json(V2_ATTRS))
+                if (zmetadata is not None or self.consolidated) and zgroup is None:
+                    await _raise_missing(source, "", zarr_format)
                 if zmetadata is not None:
-                    return await self._consolidated_v2(zmetadata)
+                    return await self._consolidated_v2(zmetadata, dict(zattrs or {}))
                 if self.consolidated:
-                    if await self._get_json(V2_GROUP) is None:
-                        await _raise_missing(source, "", zarr_format)
                     raise MetadataError(f"consolidated=True, but {source.label} has no {V2_CONSOLIDATED!r}")
         await self._walk(zarr_format, root_doc)
         result = self._result()
@@ -215,7 +218,8 @@ class _TreeLoader:
         attributes = {p: dict(groups[p].get("attributes") or {}) for p in group_paths}
         return await self._finish_consolidated(attributes, 3, nodes)
 
-    async def _consolidated_v2(self, doc: dict[str, Any]) -> dict[str, GroupNode]:
+    async def _consolidated_v2(self, doc: dict[str, Any], root_attributes: dict[str, Any]) -> dict[str, GroupNode]:
+        """The tree from ``.zmetadata``; the root's attributes are its live ``.zattrs`` (``root_attributes``)."""
         source = self.source
         meta = doc.get("metadata")
         if not isinstance(meta, dict):
@@ -235,7 +239,7 @@ class _TreeLoader:
                 _check_member_format(groups[path], 2, f"member {_join(path, V2_GROUP)!r} of {where}", source)
 
         def attrs(path: str) -> dict[str, Any]:
-            return dict(meta.get(_join(path, V2_ATTRS)) or {})
+            return root_attributes if not path else dict(meta.get(_join(path, V2_ATTRS)) or {})
 
         pairs = await live_nczarr_dimrefs(source, "", {p: (arrays[p], attrs(p)) for p in array_paths})
         nodes = [_array_v2(p.rpartition("/")[2], p, *pairs[p], source, self.parser) for p in array_paths]
