@@ -108,9 +108,13 @@ def test_missing_dimension_names_still_fail_the_open(tmp_path):
 
 
 def test_dask_chunk_is_one_shard(tmp_path):
+    """One task per shard: a deliberate, documented difference from engine="zarr" (xarray 2026.9), which
+    prefers the inner chunks (README, "Dask chunks"); this pins both sides so the docs follow any change."""
     path = write(era5_like(), tmp_path / "era5.zarr")
-    with set_config(task_bytes=0):  # one task per stored object, as engine="zarr"
+    with set_config(task_bytes=0):  # one task per stored object
         ds = xr.open_dataset(path, engine="zarrmax", chunks={})
+    with xr.open_dataset(path, engine="zarr", chunks={}) as theirs:
+        assert theirs.t2m.encoding["preferred_chunks"] == {"time": 4, "latitude": 10, "longitude": 9}
     assert ds.t2m.chunks == ((8, 8, 8), (19,), (18,))  # the shard (8, 20, 18) clipped to the array
     assert ds.t2m.encoding["preferred_chunks"] == {"time": 8, "latitude": 20, "longitude": 18}
     assert ds.t2m.encoding["chunks"] == (4, 10, 9)

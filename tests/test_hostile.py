@@ -172,6 +172,43 @@ def test_a_chunk_the_decompressor_rejects_is_a_runtime_error_like_zarrs(tmp_path
     assert isinstance(info.value, DecodeError) and isinstance(info.value, CorruptDataError)
 
 
+def _spoil(chunk, how: str) -> None:
+    data = chunk.read_bytes()
+    chunk.write_bytes({"zeros": bytes(len(data)), "cut": data[:-1], "magic": b"\0\0" + data[2:],
+                       "flipped": data[:12] + bytes(b ^ 0x5A for b in data[12:40]) + data[40:]}[how])
+
+
+@pytest.mark.parametrize(("codec", "how"), [("blosc", "zeros"), ("gzip", "cut"), ("gzip", "magic"),
+                                            ("gzip", "flipped"), ("zlib", "cut"), ("zlib", "flipped")])
+def test_a_rejected_chunk_is_an_error_of_engine_zarrs_type(tmp_path, codec, how):
+    """``except`` clauses written for engine="zarr" catch ours: numcodecs lets Python's gzip and zlib errors
+    through (EOFError, gzip.BadGzipFile, zlib.error), and blosc fails with a RuntimeError; ours are a
+    `DecodeError` of the same type, and pickle as such (dask.distributed sends them back)."""
+    import pickle
+
+    import numcodecs
+    from zarr.codecs import BloscCodec, GzipCodec
+
+    from xarray_zarrmax import DecodeError
+
+    zarr_format = 2 if codec == "zlib" else 3
+    group = zarr.open_group(tmp_path / "c.zarr", mode="w", zarr_format=zarr_format)
+    compressor = {"blosc": BloscCodec(), "gzip": GzipCodec(), "zlib": numcodecs.Zlib()}[codec]
+    array = group.create_array("v", shape=(1000,), chunks=(1000,), dtype="f8", compressors=[compressor],
+                               **({"dimension_names": ["x"]} if zarr_format == 3 else {}))
+    if zarr_format == 2:
+        array.attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    array[:] = np.sin(np.arange(1000))
+    _spoil(tmp_path / "c.zarr" / "v" / ("0" if zarr_format == 2 else "c/0"), how)
+    with pytest.raises(Exception) as theirs:
+        xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=False)["v"].values  # noqa: B018
+    with pytest.raises(DecodeError, match="array 'v', key 'v/") as ours:
+        read_all(tmp_path / "c.zarr")
+    assert isinstance(ours.value, type(theirs.value)), (type(ours.value).__mro__, type(theirs.value).__mro__)
+    again = pickle.loads(pickle.dumps(ours.value))
+    assert type(again) is type(ours.value) and str(again) == str(ours.value)
+
+
 @pytest.mark.parametrize("n", [10, SMALL_ZSTD_BYTES // 4 + 1000])
 def test_truncated_zstd_frame(tmp_path, n):
     chunk = _zstd_array(tmp_path / "s.zarr", n)

@@ -137,6 +137,18 @@ def malformed_member_json(p: Path) -> Path:
     return p
 
 
+def fill_value_out_of_range(zarr_format: int) -> Any:
+    def make(p: Path) -> Path:
+        write_group(p, zarr_format=zarr_format)
+        if zarr_format == 3:
+            edit_json(p / "v" / "zarr.json", lambda d: d.update(data_type="uint8", fill_value=256))
+        else:
+            edit_json(p / "v" / ".zarray", lambda d: d.update(dtype="|u1", fill_value=-1))
+        return p
+
+    return make
+
+
 def sibling_store(p: Path) -> Path:
     write_group(p.parent / "other.zarr")
     return write_group(p)
@@ -168,6 +180,8 @@ BAD = {
     "v3 array without dimension_names": Bad(without_dimension_names, "array 'v' .*dimension_names"),
     "v2 array without _ARRAY_DIMENSIONS": Bad(without_array_dimensions, "array 'v' .*_ARRAY_DIMENSIONS"),
     ".zarray not a JSON object": Bad(zarray_not_an_object, r"'v/\.zarray'"),
+    "v3 fill value outside its data type (OverflowError)": Bad(fill_value_out_of_range(3), "'v/zarr.json'.*256"),
+    "v2 fill value outside its data type (OverflowError)": Bad(fill_value_out_of_range(2), r"'v/\.zarray'.*-1"),
     "malformed member JSON": Bad(malformed_member_json, "'v/zarr.json'"),
 }
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from .errors import CorruptDataError, DecodeError
+from .errors import CorruptDataError, DecodeError, decode_error_like
 from .zstd_frames import decode_frames, frames
 
 FAST_KINDS = "biufc"
@@ -81,8 +81,9 @@ class ChunkCodec:
         if declared is not None and declared != self.nbytes:
             if compressor == "zstd" and declared < self.nbytes and not single_frame:
                 return data, compressor, None
-            raise CorruptDataError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
-                                   f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
+            # a DecodeError (also a RuntimeError): zarr-python's decoder fails on such a frame with one
+            raise DecodeError(f"{where}: {compressor} frame holds {declared} bytes, expected {self.nbytes} "
+                              f"for chunk shape {self.chunk_shape} of {self.stored_dtype}")
         return data, compressor, declared
 
     def decode(self, raw: Any, where: str) -> np.ndarray:
@@ -257,7 +258,8 @@ def _decompress(name: str, data: Any, out: np.ndarray | None, where: str) -> Any
     try:
         result = _decoder(name).decode(data, out=out) if out is not None else _decoder(name).decode(data)
     except Exception as err:
-        raise DecodeError(f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") from None
+        raise decode_error_like(err, f"{where}: {name} could not decode the chunk ({type(err).__name__}: {err})") \
+            from None
     if out is not None and result is not out:
         produced = np.frombuffer(result, dtype=np.uint8).size
         if produced != out.size:

@@ -6,6 +6,9 @@ of the same built-in types, so ``except`` clauses written for engine="zarr" keep
 
 from __future__ import annotations
 
+import gzip
+import zlib
+
 
 class ZarrmaxError(Exception):
     """Root of the errors this package raises itself."""
@@ -23,8 +26,39 @@ class DecodeError(CorruptDataError, RuntimeError):
     """A decompressor failed on a chunk's bytes (zarr-python: numcodecs' RuntimeError for zstd and blosc)."""
 
 
+# gzip and zlib fail with other types in zarr-python (numcodecs calls Python's gzip and zlib): ours are those
+# types too. Module-level classes, so they pickle (a dask.distributed worker sends them back by name).
+
+
+class TruncatedStreamError(DecodeError, EOFError):
+    """A gzip stream that ends early (zarr-python: EOFError)."""
+
+
+class BadGzipError(gzip.BadGzipFile, DecodeError):  # OSError first: its constructor, as for any OSError
+    """Bytes that are not a gzip stream (zarr-python: gzip.BadGzipFile, an OSError)."""
+
+
+class ZlibDecodeError(DecodeError, zlib.error):
+    """A zlib (or gzip's deflate) stream zlib rejects (zarr-python: zlib.error)."""
+
+
+def decode_error_like(err: BaseException, message: str) -> DecodeError:
+    """The `DecodeError` for a decompressor's ``err``: also an instance of its type where zarr-python lets that
+    type through (gzip, zlib), so ``except`` clauses written for engine="zarr" keep working."""
+    for kind, ours in ((gzip.BadGzipFile, BadGzipError), (EOFError, TruncatedStreamError),
+                       (zlib.error, ZlibDecodeError)):
+        if isinstance(err, kind):
+            return ours(message)
+    return DecodeError(message)
+
+
 class MetadataError(ZarrmaxError, ValueError):
     """Zarr metadata that is missing, malformed or of an unsupported format."""
+
+
+class MetadataRangeError(MetadataError, OverflowError):
+    """A value in a metadata document outside its data type's range, a fill value of 256 for uint8
+    (zarr-python: OverflowError)."""
 
 
 class MetadataTypeError(MetadataError, TypeError):

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import GroupNotFoundError, MetadataError, MetadataTypeError, NodeNotFoundError
+from .errors import GroupNotFoundError, MetadataError, MetadataRangeError, MetadataTypeError, NodeNotFoundError
 from .stores import ByteSource
 
 V3_KEY = "zarr.json"
@@ -212,8 +212,9 @@ def _read_as_stored(doc: dict[str, Any], zarr_format: int) -> bool:
 
 
 def _invalid_array(err: Exception, key: str, source: ByteSource) -> MetadataError:
-    """zarr-python's refusal of an array document, naming the key; a TypeError stays one."""
-    kind = MetadataTypeError if isinstance(err, TypeError) else MetadataError
+    """zarr-python's refusal of an array document, naming the key; a TypeError or OverflowError stays one."""
+    kind = (MetadataTypeError if isinstance(err, TypeError) else MetadataRangeError if isinstance(err, OverflowError)
+            else MetadataError)
     return kind(f"invalid array metadata in {key!r} of {source.label}: {type(err).__name__}: {err}")
 
 
