@@ -9,6 +9,15 @@ Then, with one dask thread, how much of the dask read is zarrmax's own read (`re
 the tasks) and how much is around it (dask's scheduler, xarray's lazy indexing, the block's free), per task.
 
     .venv/bin/python asv_bench/dask_vs_direct.py --layouts 0,3,4 --repeat 7 [--threads 16]
+
+With ``--decompose``, instead: where the dask read's time goes, each variant alternating with the direct read
+in one process (medians, ratios of time against the direct read):
+- dask with tasks of 32, 128 and 512 MiB (the whole array: one task), threaded and synchronous scheduler;
+- no dask: the same 32 MiB blocks read one after another through xarray (``ds["v"][block].values``), and the
+  time inside zarrmax's read (`read_selection`) summed over them, so what one call costs beyond its share of
+  a whole-array read shows without dask's scheduler.
+
+    .venv/bin/python asv_bench/dask_vs_direct.py --layouts 1 --repeat 11 --decompose
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ from throughput import layouts, write  # noqa: E402
 warnings.filterwarnings("ignore")
 
 
-def read(path: str, mode: str, threads: int) -> None:
+def read(path: str, mode: str, threads: int, task_bytes: int = peers.DASK_TASK_BYTES) -> None:
+    """One whole read: ``mode`` "direct" (``chunks=None``), "dask" (threaded scheduler, ``threads``),
+    "dask-sync" (synchronous scheduler) or "blocks" (no dask: the dask read's blocks one after another)."""
     import dask
     import xarray as xr
 
@@ -42,12 +53,31 @@ def read(path: str, mode: str, threads: int) -> None:
     if mode == "direct":
         xr.open_dataset(path, engine="zarrmax", chunks=None)["v"].values  # noqa: B018
         return
-    with set_config(task_bytes=peers.DASK_TASK_BYTES):  # as throughput.py's dask stack opens it
-        blocks = xr.open_dataset(path, engine="zarrmax", chunks={})["v"].data
-    sliver = blocks.map_blocks(lambda b: b.reshape(-1)[:1].copy().reshape((1,) * b.ndim),
-                               chunks=tuple((1,) * len(c) for c in blocks.chunks))
+    with set_config(task_bytes=task_bytes):  # as throughput.py's dask stack opens it
+        blocks = xr.open_dataset(path, engine="zarrmax", chunks={})["v"]
+    if mode == "blocks":
+        plain = xr.open_dataset(path, engine="zarrmax", chunks=None)["v"]
+        for region in _block_regions(blocks.data.chunks):
+            plain[region].values  # noqa: B018
+        return
+    data = blocks.data
+    sliver = data.map_blocks(lambda b: b.reshape(-1)[:1].copy().reshape((1,) * b.ndim),
+                             chunks=tuple((1,) * len(c) for c in data.chunks))
+    if mode == "dask-sync":
+        with dask.config.set(scheduler="synchronous"):
+            sliver.compute()
+        return
     with dask.config.set(scheduler="threads", num_workers=threads):
         sliver.compute()
+
+
+def _block_regions(chunks: tuple[tuple[int, ...], ...]) -> list[tuple[slice, ...]]:
+    """The index of every block of a dask array with ``chunks``, in C order."""
+    import itertools
+
+    edges = [list(itertools.accumulate(c, initial=0)) for c in chunks]
+    return [tuple(slice(e[i], e[i + 1]) for e, i in zip(edges, index, strict=True))
+            for index in itertools.product(*(range(len(c)) for c in chunks))]
 
 
 def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
@@ -75,15 +105,62 @@ def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[0][2]
 
 
-def measure(path: str, mode: str, threads: int, nbytes: int) -> dict[str, float]:
+def measure(path: str, mode: str, threads: int, nbytes: int,
+            task_bytes: int = peers.DASK_TASK_BYTES) -> dict[str, float]:
     warm_memory(2 * nbytes)  # as throughput.py does before every timed read
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
-    read(path, mode, threads)
+    read(path, mode, threads, task_bytes)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
     return {"wall": wall, "user": after.ru_utime - before.ru_utime, "sys": after.ru_stime - before.ru_stime,
             "minflt": after.ru_minflt - before.ru_minflt}
+
+
+#: (label, mode, task MiB) of each variant --decompose times against the direct read
+DECOMPOSE = (("dask, 32 MiB tasks", "dask", 32), ("dask, 128 MiB tasks", "dask", 128),
+             ("dask, one task", "dask", 0), ("dask synchronous, 32 MiB tasks", "dask-sync", 32),
+             ("dask synchronous, one task", "dask-sync", 0), ("no dask, 32 MiB blocks in a loop", "blocks", 32))
+
+
+def decompose(path: str, name: str, nbytes: int, repeat: int, threads: int) -> None:
+    """Every DECOMPOSE variant and the direct read, alternating in one process; then, for the blocks read in a
+    loop and the direct read, the time inside `read_selection`."""
+    import xarray_zarrmax.backend as backend
+
+    inside: list[float] = []
+    real = backend.read_selection
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.append(time.perf_counter() - start)
+
+    variants = [("direct", "direct", 0), *DECOMPOSE]
+    for _, mode, mib in variants:  # warm-up: imports, page cache, the pool
+        read(path, mode, threads, (mib << 20) or 2 * nbytes)
+    walls: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    calls: dict[str, list[tuple[float, int]]] = {"direct": [], "no dask, 32 MiB blocks in a loop": []}
+    backend.read_selection = timed  # type: ignore[assignment]
+    try:
+        for _ in range(repeat):
+            for label, mode, mib in variants:
+                inside.clear()
+                walls[label].append(measure(path, mode, threads, nbytes, (mib << 20) or 2 * nbytes)["wall"])
+                if label in calls:
+                    calls[label].append((sum(inside), len(inside)))
+    finally:
+        backend.read_selection = real  # type: ignore[assignment]
+    direct = statistics.median(walls["direct"])
+    for label, times in walls.items():
+        wall = statistics.median(times)
+        print(f"{name:25s} {label:34s} {wall * 1e3:6.1f} ms  {direct / wall:5.2f}x of direct", flush=True)
+    for label, runs in calls.items():
+        total = statistics.median(r[0] for r in runs)
+        print(f"{name:25s} {label:34s} in read_selection {total * 1e3:6.1f} ms over {runs[0][1]} calls",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,12 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", default="0,3,4", help="indexes into throughput.layouts")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--threads", type=int, default=16, help="dask threads (throughput.py uses 16)")
+    parser.add_argument("--decompose", action="store_true",
+                        help="task sizes, schedulers and blocks without dask against the direct read")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dask-vs-direct-") as tmp:
         for index in (int(i) for i in args.layouts.split(",")):
             layout = layouts(args.mib)[index]
             path = str(Path(tmp) / f"layout{index}.zarr")
             write(zarr.storage.LocalStore(path), layout)
+            if args.decompose:
+                decompose(path, layout.name, layout.nbytes, args.repeat, args.threads)
+                continue
             for mode in ("direct", "dask"):
                 read(path, mode, args.threads)  # warm-up: imports, page cache
             runs: dict[str, list[dict[str, float]]] = {"direct": [], "dask": []}
