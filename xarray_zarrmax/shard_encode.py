@@ -77,6 +77,21 @@ class PlainEncoder:
         """``encode``, as `ShardEncoder` asks every inner encoder for one (this one needs no spec)."""
         return self.encode
 
+    def chunk_decoder(self, chunk_spec: Any, dtype: np.dtype) -> Any:
+        """Stored bytes to a writable array of ``chunk_spec``'s shape and ``dtype`` (native)."""
+        shape = tuple(chunk_spec.shape)
+        stored = dtype if dtype.itemsize == 1 or self.endian is None else dtype.newbyteorder(
+            ">" if self.endian == "big" else "<")
+
+        def decode(data: bytes) -> np.ndarray:
+            raw = data if self.compressor is None else self.compressor.decode(data)
+            flat = np.frombuffer(raw, dtype=stored)
+            if flat.size != math.prod(shape):
+                raise ValueError(f"a stored inner chunk decodes to {flat.size} values, expected {math.prod(shape)}")
+            return flat.reshape(shape).astype(dtype, copy=True)
+
+        return decode
+
     def encode(self, values: np.ndarray) -> bytes:
         array = np.ascontiguousarray(values)
         if array.dtype.itemsize > 1 and self.endian is not None:
@@ -111,6 +126,20 @@ class ChainEncoder:
 
         return encode
 
+    def chunk_decoder(self, chunk_spec: Any, dtype: np.dtype) -> Any:
+        """Stored bytes to a writable array, through zarr's chain as its ``ShardingCodec`` decodes them."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.chunk_utils import ChunkTransform, evolve_codecs
+
+        transform = ChunkTransform(codecs=evolve_codecs(self.codecs, chunk_spec))
+        buffer = default_buffer_prototype().buffer
+
+        def decode(data: bytes) -> np.ndarray:
+            out = transform.decode_chunk(buffer.from_bytes(data), chunk_spec).as_numpy_array()
+            return np.array(out, dtype=dtype, copy=True)
+
+        return decode
+
 
 @dataclass(frozen=True)
 class ShardEncoder:
@@ -144,6 +173,10 @@ class ShardEncoder:
             return None if decide < 0 and _is_empty(chunk, chunk_spec) else encode(chunk)
 
         parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
+        return self._assemble(order, parts, keep_index=keep_index)
+
+    def _assemble(self, order: list[tuple[int, ...]], parts: list[bytes | None], *, keep_index: bool) -> Pieces | None:
+        """The shard of ``parts`` (one per inner chunk in ``order``, None where left out) and its index."""
         present = [p for p in parts if p is not None]
         if not present and not keep_index:
             return None
@@ -156,6 +189,51 @@ class ShardEncoder:
         index_bytes = index.tobytes()
         index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
         return Pieces([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
+
+    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], inside: tuple[int, ...],
+              chunk_spec: Any, pool: Executor | None, where: str) -> Pieces | None:
+        """The shard replacing ``stored`` (None: nothing stored) once ``written`` (slices into the shard) holds
+        ``part``, as zarr-python's partial shard write makes it: inner chunks not written keep their stored
+        bytes as they are (or stay left out), written ones are stored unless empty (decoded first where only
+        partly written), chunks wholly outside the array (``inside``: the shard's extent inside it) are left
+        out. With nothing left to store, a stored shard becomes one of only its index (reads as the fill value:
+        deleting it could not be made conditional) and a new one is not stored (None)."""
+        from .shard import ShardFormat, split_index
+        from .stores import view
+
+        dtype = part.dtype
+        fmt = ShardFormat(self.grid, not self.index_at_start, False, True)
+        index = split_index(fmt, stored, where)[0] if stored is not None else None  # its crc32c checked
+        touched, outside = self.touched(written), self.outside(inside)
+        encode = self.inner.chunk_encoder(chunk_spec)
+        decode = self.inner.chunk_decoder(chunk_spec, dtype)
+
+        def stored_bytes(coords: tuple[int, ...]) -> bytes | None:
+            if index is None or index[coords][0] == _MISSING:
+                return None
+            offset, length = (int(v) for v in index[coords])
+            return bytes(memoryview(view(stored, offset, offset + length)).cast("B"))
+
+        def one(coords: tuple[int, ...]) -> bytes | None:
+            if outside[coords]:
+                return None
+            if not touched[coords]:
+                return stored_bytes(coords)
+            box = [slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True)]
+            overlap = [slice(max(b.start, w.start), min(b.stop, w.stop)) for b, w in zip(box, written, strict=True)]
+            source = tuple(slice(o.start - w.start, o.stop - w.start) for o, w in zip(overlap, written, strict=True))
+            if all(o.start == b.start and o.stop == b.stop for o, b in zip(overlap, box, strict=True)):
+                values = part[source]  # written whole: nothing stored is kept
+            else:
+                old = stored_bytes(coords)
+                values = decode(old) if old is not None else np.full(self.chunk_shape, chunk_spec.fill_value, dtype)
+                values[tuple(slice(o.start - b.start, o.stop - b.start) for o, b in zip(overlap, box, strict=True))] = \
+                    part[source]
+            return None if _is_empty(values, chunk_spec) else encode(np.ascontiguousarray(values))
+
+        order = _write_order(self.grid)
+        parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
+        return self._assemble(order, parts, keep_index=stored is not None)
 
     def outside(self, inside: tuple[int, ...]) -> np.ndarray:
         """Per inner chunk, whether it lies wholly outside the array, given the shard's ``inside`` extents
@@ -176,15 +254,6 @@ class ShardEncoder:
         for d, h in enumerate(hit):
             out &= h.reshape([-1 if i == d else 1 for i in range(len(self.grid))])
         return out
-
-    def stored_chunks(self, shard: Any) -> np.ndarray:
-        """Per inner chunk, whether the stored ``shard`` (bytes this encoder's format) holds it."""
-        view = memoryview(shard).cast("B")
-        n = self.index_nbytes
-        if len(view) < n:
-            raise ValueError(f"expected a shard of at least {n} bytes (its index). Got {len(view)} bytes.")
-        raw = view[:n - 4] if self.index_at_start else view[len(view) - n:len(view) - 4]
-        return np.frombuffer(raw, dtype="<u8").reshape(*self.grid, 2)[..., 0] != _MISSING
 
 
 def plain_encoder(codecs: Any, dtype: np.dtype) -> PlainEncoder | None:

@@ -265,7 +265,7 @@ def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ..
                 elif not write.fresh:
                     deletes.append(key)  # it may hold older data; a new array has nothing to delete
             else:
-                sink.update(key, _merger(codec, values[part.in_block], part.in_object, inside))
+                sink.update(key, _merger(codec, values[part.in_block], part.in_object, inside, key))
         except Exception as err:
             err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
             raise
@@ -290,13 +290,10 @@ def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice,
     return out
 
 
-def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], inside: tuple[int, ...]) -> Any:
+def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], inside: tuple[int, ...],
+            key: str) -> Any:
     def merge(stored: Any) -> Encoded | None:
-        values = codec.empty() if stored is None else codec.decode(stored)
-        values[in_object] = part
-        # An object that existed is replaced, even by fill values only: deleting it could not be made
-        # conditional, and a concurrent writer's data would be lost.
-        return codec.encode_merged(values, stored, in_object, inside)
+        return codec.merge(stored, part, in_object, inside, f"merging into {key!r}")
 
     return merge
 

@@ -93,23 +93,21 @@ class ObjectCodec:
         encoded = self._transform.encode_chunk(nd, spec)
         return None if encoded is None else encoded.to_bytes()
 
-    def encode_merged(self, values: np.ndarray, stored: Any, written: tuple[slice, ...],
-                      inside: tuple[int, ...]) -> Encoded | None:
+    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], inside: tuple[int, ...],
+              where: str) -> Encoded | None:
         """The bytes replacing ``stored`` (None: nothing was stored) once ``written`` (slices into the object)
-        changed, ``values`` being the merged object. As zarr's partial shard writes: inner chunks not written
-        keep what they were (stored or left out), written ones are stored unless empty, chunks wholly outside
-        the array are left out. An object that existed is never deleted (that could not be made conditional
-        and a concurrent writer's data would be lost): with nothing left to store it becomes a shard of only
-        its index, which reads as the fill value, where zarr would delete it."""
+        holds ``part``. A shard is merged as zarr's partial shard writes merge (`ShardEncoder.merge`: inner
+        chunks not written keep their stored bytes, only partly written ones are decoded). Anything else is
+        decoded whole, overlaid and encoded again. An object that existed is never deleted (that could not
+        be made conditional and a concurrent writer's data would be lost): with nothing left to store it
+        becomes a shard of only its index, or a chunk of fill values, where zarr would delete it."""
         fast = self._fast
-        if not isinstance(fast, ShardEncoder):
-            return self.encode(values, keep_empty=stored is not None)
-        array = np.ascontiguousarray(values, dtype=self.dtype)
-        before = fast.stored_chunks(stored) if stored is not None else np.zeros(fast.grid, dtype=bool)
-        rule = np.where(fast.touched(written), -1, np.where(before, 1, 0))
-        rule[fast.outside(inside)] = 0
-        return fast.encode(array, self._inner_spec(self.spec()), _pool(), rule=rule.astype(np.int8),
-                           keep_index=stored is not None)
+        part = np.asarray(part, dtype=self.dtype)
+        if isinstance(fast, ShardEncoder):
+            return fast.merge(stored, part, written, inside, self._inner_spec(self.spec()), _pool(), where)
+        values = self.empty() if stored is None else self.decode(stored)
+        values[written] = part
+        return self.encode(values, keep_empty=stored is not None)
 
     def _inner_spec(self, spec: Any) -> Any:
         """The inner chunks' spec, as zarr's ShardingCodec derives it from the shard's."""
