@@ -23,6 +23,7 @@ in one process (medians, ratios of time against the direct read):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +82,10 @@ def _block_regions(chunks: tuple[tuple[int, ...], ...]) -> list[tuple[slice, ...
             for index in itertools.product(*(range(len(c)) for c in chunks))]
 
 
-def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
-    """Median (dask read, time inside read_selection) with one dask thread, and the number of tasks."""
+@contextlib.contextmanager
+def timed_reads() -> Iterator[list[float]]:
+    """Within the block, the seconds of every call of zarrmax's read (`read_selection`), appended to the list
+    yielded (the caller clears it between reads)."""
     import xarray_zarrmax.backend as backend
 
     inside: list[float] = []
@@ -96,12 +100,18 @@ def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
 
     backend.read_selection = timed  # type: ignore[assignment]
     try:
+        yield inside
+    finally:
+        backend.read_selection = real  # type: ignore[assignment]
+
+
+def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
+    """Median (dask read, time inside read_selection) with one dask thread, and the number of tasks."""
+    with timed_reads() as inside:
         runs = []
         for _ in range(repeat):
             inside.clear()
             runs.append((measure(path, "dask", 1, nbytes)["wall"], sum(inside), len(inside)))
-    finally:
-        backend.read_selection = real  # type: ignore[assignment]
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[0][2]
 
 
@@ -126,33 +136,18 @@ DECOMPOSE = (("dask, 32 MiB tasks", "dask", 32), ("dask, 128 MiB tasks", "dask",
 def decompose(path: str, name: str, nbytes: int, repeat: int, threads: int) -> None:
     """Every DECOMPOSE variant and the direct read, alternating in one process; then, for the blocks read in a
     loop and the direct read, the time inside `read_selection`."""
-    import xarray_zarrmax.backend as backend
-
-    inside: list[float] = []
-    real = backend.read_selection
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            inside.append(time.perf_counter() - start)
-
     variants = [("direct", "direct", 0), *DECOMPOSE]
     for _, mode, mib in variants:  # warm-up: imports, page cache, the pool
         read(path, mode, threads, (mib << 20) or 2 * nbytes)
     walls: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     calls: dict[str, list[tuple[float, int]]] = {"direct": [], "no dask, 32 MiB blocks in a loop": []}
-    backend.read_selection = timed  # type: ignore[assignment]
-    try:
+    with timed_reads() as inside:
         for _ in range(repeat):
             for label, mode, mib in variants:
                 inside.clear()
                 walls[label].append(measure(path, mode, threads, nbytes, (mib << 20) or 2 * nbytes)["wall"])
                 if label in calls:
                     calls[label].append((sum(inside), len(inside)))
-    finally:
-        backend.read_selection = real  # type: ignore[assignment]
     direct = statistics.median(walls["direct"])
     for label, times in walls.items():
         wall = statistics.median(times)
