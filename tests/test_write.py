@@ -273,9 +273,10 @@ def test_a_merge_keeps_the_stored_bytes_of_chunks_it_does_not_write(compressor: 
     np.testing.assert_array_equal(codec.decode(merged), [1.0, -1.0, -2.0, -3.0, 5.0, 6.0, 7.0, 8.0])
 
 
-def test_shards_of_other_inner_codecs_use_zarrs_chain_per_chunk_and_unusual_indexes_zarrs_encoder() -> None:
+def test_shards_of_other_inner_codecs_and_indexes_are_laid_out_here() -> None:
     """Shards are laid out here whatever their inner codecs (zarr's chain encodes each inner chunk that is not
-    bytes+zstd); an index the shard encoder does not reproduce leaves the whole object to zarr's chain."""
+    bytes+zstd) and index (either byte order, with or without crc32c); what is not a shard and not bytes+zstd
+    is left to zarr's chain."""
     import zarr
 
     from xarray_zarrmax.shard_encode import ChainEncoder, PlainEncoder
@@ -291,7 +292,61 @@ def test_shards_of_other_inner_codecs_use_zarrs_chain_per_chunk_and_unusual_inde
     assert isinstance(fast(shards=(8,), compressors=[zarr.codecs.ZstdCodec()], filters=transposed).inner,
                       ChainEncoder)
     index_without_crc = zarr.codecs.ShardingCodec(chunk_shape=(4,), index_codecs=[zarr.codecs.BytesCodec()])
-    assert fast(serializer=index_without_crc, compressors=None, filters=None) is None
+    assert not fast(serializer=index_without_crc, compressors=None, filters=None).index_crc32c
+    big_index = zarr.codecs.ShardingCodec(chunk_shape=(4,), index_codecs=[zarr.codecs.BytesCodec(endian="big"),
+                                                                          zarr.codecs.Crc32cCodec()])
+    assert fast(serializer=big_index, compressors=None, filters=None).index_big_endian
+    assert fast(compressors=[zarr.codecs.GzipCodec()]) is None  # unsharded gzip: zarr's chain
+
+
+@pytest.mark.parametrize("index", ["no crc32c", "big-endian", "at the start"])
+def test_merges_into_shards_of_other_indexes_store_zarrs_bytes(tmp_path: Path, index: str) -> None:
+    """A merge stores what zarr's partial shard write stores (the chunks it does not write left as they were,
+    none outside the array) whatever the index's layout."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
+
+    index_codecs = {"no crc32c": [BytesCodec()], "big-endian": [BytesCodec(endian="big"), Crc32cCodec()],
+                    "at the start": [BytesCodec(), Crc32cCodec()]}[index]
+    sharding = ShardingCodec(chunk_shape=(2,), codecs=[BytesCodec(), ZstdCodec(level=1)], index_codecs=index_codecs,
+                             index_location="start" if index == "at the start" else "end")
+    encoding = {"v": {"chunks": (8,), "serializer": sharding, "compressors": None, "fill_value": np.nan}}
+    values = np.full(10, np.nan, "f4")
+    values[0:2] = 1.0
+    files = {}
+    for name in ("ours", "zarr"):
+        path = tmp_path / f"{name}.zarr"
+        first, step = xr.Dataset({"v": ("x", values)}), xr.Dataset({"v": ("x", np.array([5.0], "f4"))})
+        if name == "ours":
+            xarray_zarrmax.to_zarr(first, path, encoding=encoding, consolidated=False)
+            xarray_zarrmax.to_zarr(step, path, region={"x": slice(3, 4)}, consolidated=False)
+        else:
+            first.to_zarr(path, encoding=encoding, zarr_format=3, consolidated=False)
+            step.to_zarr(path, region={"x": slice(3, 4)}, consolidated=False)
+        files[name] = {str(f.relative_to(path)): f.read_bytes() for f in sorted((path / "v" / "c").rglob("*"))}
+    assert files["ours"] == files["zarr"]
+    expected = values.copy()
+    expected[3] = 5.0
+    check_reads(tmp_path / "ours.zarr", xr.Dataset({"v": ("x", expected)}))
+
+
+def test_a_merge_into_a_shard_with_a_bad_inner_chunk_names_it_and_changes_nothing(tmp_path: Path) -> None:
+    import google_crc32c
+
+    from xarray_zarrmax import CorruptDataError
+
+    path = tmp_path / "s.zarr"
+    xr.Dataset({"v": ("x", np.arange(8.0))}).to_zarr(
+        path, zarr_format=3, consolidated=False, encoding={"v": {"chunks": (2,), "shards": (8,), "compressors": None}})
+    shard = path / "v" / "c" / "0"
+    data = shard.read_bytes()
+    index = np.frombuffer(data[-68:-4], "<u8").reshape(4, 2).copy()
+    index[2, 1] -= 3  # inner chunk 2: 13 bytes where 16 are stored, its index's crc32c valid
+    body = index.tobytes()
+    spoiled = data[:-68] + body + google_crc32c.value(body).to_bytes(4, "little")
+    shard.write_bytes(spoiled)
+    with pytest.raises(CorruptDataError, match=r"'v/c/0'.*inner chunk \(2,\).*13 bytes, expected 16"):
+        xarray_zarrmax.to_zarr(xr.Dataset({"v": ("x", [-1.0])}), path, region={"x": slice(5, 6)}, consolidated=False)
+    assert shard.read_bytes() == spoiled
 
 
 def test_unsharded_and_compressors(tmp_path: Path) -> None:

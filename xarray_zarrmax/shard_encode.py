@@ -17,13 +17,15 @@ zarr's chain for the whole object.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from .errors import CorruptDataError
 
 #: the index entry of a chunk not stored (offset and length)
 _MISSING = 2**64 - 1
@@ -84,11 +86,11 @@ class PlainEncoder:
             ">" if self.endian == "big" else "<")
 
         def decode(data: bytes) -> np.ndarray:
-            raw = data if self.compressor is None else self.compressor.decode(data)
-            flat = np.frombuffer(raw, dtype=stored)
-            if flat.size != math.prod(shape):
-                raise ValueError(f"a stored inner chunk decodes to {flat.size} values, expected {math.prod(shape)}")
-            return flat.reshape(shape).astype(dtype, copy=True)
+            raw = memoryview(data if self.compressor is None else self.compressor.decode(data)).cast("B")
+            expected = math.prod(shape) * stored.itemsize
+            if raw.nbytes != expected:
+                raise CorruptDataError(f"it decodes to {raw.nbytes} bytes, expected {expected}")
+            return np.frombuffer(raw, dtype=stored).reshape(shape).astype(dtype, copy=True)
 
         return decode
 
@@ -150,10 +152,12 @@ class ShardEncoder:
     chunk_shape: tuple[int, ...]
     grid: tuple[int, ...]  # chunks per shard, per dimension
     index_at_start: bool
+    index_big_endian: bool = False
+    index_crc32c: bool = True
 
     @property
     def index_nbytes(self) -> int:
-        return 16 * math.prod(self.grid) + 4
+        return 16 * math.prod(self.grid) + (4 if self.index_crc32c else 0)
 
     def encode(self, values: np.ndarray, chunk_spec: Any, pool: Executor | None, *,
                rule: np.ndarray | None = None, keep_index: bool = False) -> Pieces | None:
@@ -172,22 +176,22 @@ class ShardEncoder:
             chunk = values[tuple(slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True))]
             return None if decide < 0 and _is_empty(chunk, chunk_spec) else encode(chunk)
 
-        parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
-        return self._assemble(order, parts, keep_index=keep_index)
+        return self._assemble(order, _map(pool, one, order), keep_index=keep_index)
 
     def _assemble(self, order: list[tuple[int, ...]], parts: list[bytes | None], *, keep_index: bool) -> Pieces | None:
         """The shard of ``parts`` (one per inner chunk in ``order``, None where left out) and its index."""
         present = [p for p in parts if p is not None]
         if not present and not keep_index:
             return None
-        index = np.full((*self.grid, 2), _MISSING, dtype="<u8")
+        index = np.full((*self.grid, 2), _MISSING, dtype=">u8" if self.index_big_endian else "<u8")
         position = self.index_nbytes if self.index_at_start else 0
         for coords, part in zip(order, parts, strict=True):
             if part is not None:
                 index[coords] = (position, len(part))
                 position += len(part)
         index_bytes = index.tobytes()
-        index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
+        if self.index_crc32c:
+            index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
         return Pieces([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
 
     def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], inside: tuple[int, ...],
@@ -202,8 +206,8 @@ class ShardEncoder:
         from .stores import view
 
         dtype = part.dtype
-        fmt = ShardFormat(self.grid, not self.index_at_start, False, True)
-        index = split_index(fmt, stored, where)[0] if stored is not None else None  # its crc32c checked
+        fmt = ShardFormat(self.grid, not self.index_at_start, self.index_big_endian, self.index_crc32c)
+        index = split_index(fmt, stored, where)[0] if stored is not None else None  # checked, its crc32c too
         touched, outside = self.touched(written), self.outside(inside)
         encode = self.inner.chunk_encoder(chunk_spec)
         decode = self.inner.chunk_decoder(chunk_spec, dtype)
@@ -215,10 +219,6 @@ class ShardEncoder:
             return bytes(memoryview(view(stored, offset, offset + length)).cast("B"))
 
         def one(coords: tuple[int, ...]) -> bytes | None:
-            if outside[coords]:
-                return None
-            if not touched[coords]:
-                return stored_bytes(coords)
             box = [slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True)]
             overlap = [slice(max(b.start, w.start), min(b.stop, w.stop)) for b, w in zip(box, written, strict=True)]
             source = tuple(slice(o.start - w.start, o.stop - w.start) for o, w in zip(overlap, written, strict=True))
@@ -226,13 +226,22 @@ class ShardEncoder:
                 values = part[source]  # written whole: nothing stored is kept
             else:
                 old = stored_bytes(coords)
-                values = decode(old) if old is not None else np.full(self.chunk_shape, chunk_spec.fill_value, dtype)
+                try:
+                    values = (decode(old) if old is not None
+                              else np.full(self.chunk_shape, chunk_spec.fill_value, dtype))
+                except Exception as err:
+                    raise CorruptDataError(f"{where}: its stored inner chunk {coords} cannot be read back: "
+                                           f"{type(err).__name__}: {err}") from None
                 values[tuple(slice(o.start - b.start, o.stop - b.start) for o, b in zip(overlap, box, strict=True))] = \
                     part[source]
             return None if _is_empty(values, chunk_spec) else encode(np.ascontiguousarray(values))
 
+        # Only the chunks written go to the pool: copying a stored chunk's bytes is less work than a hand-off
+        # (16,384 hand-offs for a one-element write into a shard of 2 x 2 chunks took 4x zarr's time).
         order = _write_order(self.grid)
-        parts = list(pool.map(one, order)) if pool is not None and len(order) > 1 else [one(c) for c in order]
+        written_chunks = [c for c in order if touched[c] and not outside[c]]
+        encoded = dict(zip(written_chunks, _map(pool, one, written_chunks), strict=True))
+        parts = [None if outside[c] else encoded[c] if touched[c] else stored_bytes(c) for c in order]
         return self._assemble(order, parts, keep_index=stored is not None)
 
     def outside(self, inside: tuple[int, ...]) -> np.ndarray:
@@ -281,8 +290,10 @@ def shard_encoder(codecs: Any, dtype: np.dtype, shard_shape: tuple[int, ...]) ->
         return None
     sharding = codecs[0]
     index_codecs = tuple(sharding.index_codecs)
-    if (len(index_codecs) != 2 or type(index_codecs[0]) is not BytesCodec or index_codecs[0].endian != "little"
-            or type(index_codecs[1]) is not Crc32cCodec):
+    # the index as bytes (either order), with or without a crc32c: what shard.ShardFormat reads
+    if (not 1 <= len(index_codecs) <= 2 or type(index_codecs[0]) is not BytesCodec
+            or index_codecs[0].endian not in ("little", "big")
+            or (len(index_codecs) == 2 and type(index_codecs[1]) is not Crc32cCodec)):
         return None
     if getattr(sharding, "subchunk_write_order", "morton") != "morton":
         return None
@@ -298,7 +309,18 @@ def shard_encoder(codecs: Any, dtype: np.dtype, shard_shape: tuple[int, ...]) ->
         return None
     location = getattr(sharding.index_location, "value", sharding.index_location)
     return ShardEncoder(inner, chunk_shape, tuple(s // c for s, c in zip(shard_shape, chunk_shape, strict=True)),
-                        location == "start")
+                        location == "start", index_codecs[0].endian == "big", len(index_codecs) == 2)
+
+
+def _map[T, R](pool: Executor | None, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(i) for i in items]``, on ``pool`` in a few batches per thread: one hand-off per item cost more
+    than encoding a small chunk."""
+    if pool is None or len(items) < 2:
+        return [fn(i) for i in items]
+    batches = min(len(items), 4 * max(1, getattr(pool, "_max_workers", 1)))
+    size = -(-len(items) // batches)
+    groups = [items[k:k + size] for k in range(0, len(items), size)]
+    return [r for group in pool.map(lambda g: [fn(i) for i in g], groups) for r in group]
 
 
 @lru_cache(maxsize=64)
