@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import get_config
 from .errors import CorruptDataError
 
 #: the index entry of a chunk not stored (offset and length)
@@ -317,7 +318,7 @@ def _map[T, R](pool: Executor | None, fn: Callable[[T], R], items: Sequence[T]) 
     than encoding a small chunk."""
     if pool is None or len(items) < 2:
         return [fn(i) for i in items]
-    batches = min(len(items), 4 * max(1, getattr(pool, "_max_workers", 1)))
+    batches = min(len(items), 4 * get_config().threads)  # the decode pool's size
     size = -(-len(items) // batches)
     groups = [items[k:k + size] for k in range(0, len(items), size)]
     return [r for group in pool.map(lambda g: [fn(i) for i in g], groups) for r in group]
