@@ -451,3 +451,28 @@ def test_v2_consolidated_root_attributes_are_the_live_ones(tmp_path: Path, chang
         assert ours.attrs == ({"ga": 2} if change == "attrs changed" else {})
         trees = [xr.open_datatree(path, engine=engine, consolidated=consolidated) for engine in ENGINES]
         assert trees[0].attrs == trees[1].attrs == ours.attrs
+
+
+@pytest.mark.parametrize("change", ["group deleted", "attrs not JSON", "attrs a list", "group is an array"])
+def test_group_below_a_v2_consolidated_root_checks_the_root_as_engine_zarr(tmp_path: Path, change: str) -> None:
+    """group= opens the root through its consolidated metadata first, as zarr-python does: a root with no
+    .zgroup, with a malformed .zattrs or a .zgroup saying it is an array fails both engines."""
+    path = tmp_path / "s.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=2)
+    root.create_group("a").create_array("v", shape=(3,), dtype="f8")[:] = 1.0
+    root["a/v"].attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    zarr.consolidate_metadata(path, zarr_format=2)
+    if change == "group deleted":
+        (path / ".zgroup").unlink()
+    elif change == "group is an array":
+        (path / ".zgroup").write_text(json.dumps({"zarr_format": 2, "node_type": "array"}))
+    else:
+        (path / ".zattrs").write_text("{not json" if change == "attrs not JSON" else "[1, 2]")
+    for consolidated in (None, True):
+        results = both(path, group="a", consolidated=consolidated)
+        (theirs, _), (ours, _) = results["zarr"], results["zarrmax"]
+        assert isinstance(theirs, Exception) and isinstance(ours, Exception), results
+        builtin = {c for c in type(theirs).__mro__ if c.__module__ == "builtins"} - {Exception, BaseException, object}
+        missing = [c.__name__ for c in builtin if not isinstance(ours, c)]
+        assert not missing or change == "attrs not JSON", (ours, theirs, missing)  # JSONDecodeError: a ValueError
+        assert isinstance(ours, ValueError | FileNotFoundError), ours

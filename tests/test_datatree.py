@@ -515,6 +515,18 @@ def test_unconsolidated_v3_walk_is_two_round_trips_per_level():
     assert waves_of(3, False)[:3] == [Counter(meta=1), Counter(list=1), Counter(meta=13)]
 
 
+def test_unconsolidated_v2_walk_asks_for_the_roots_documents_once():
+    """consolidated=None: the root's .zgroup and .zattrs go out with the .zmetadata probe, and the walk uses
+    them rather than asking again (each metadata key read once, as with consolidated=False)."""
+    store = zarr.storage.MemoryStore()
+    write_hierarchy(store, 2, False)
+    source = WaveSource(ZarrStoreSource(store))
+    xr.open_datatree(source, engine="zarrmax", zarr_format=2)
+    keys = Counter(key for wave in source.waves for kind, key in wave if kind != "list")
+    assert keys[".zgroup"] == keys[".zattrs"] == keys[".zmetadata"] == 1
+    assert max(keys.values()) == 1, [k for k, n in keys.items() if n > 1]
+
+
 def test_unconsolidated_v2_walk_is_per_level():
     assert waves_of(2, False, consolidated=False, zarr_format=2) == [
         Counter(meta=2, list=1),  # .zgroup and .zattrs with the LIST

@@ -174,8 +174,10 @@ def check_blosc_length(data: Any, where: str) -> None:
     if len(view) >= 16:
         stored = int.from_bytes(view[12:16], "little")
         if len(view) < stored:
-            raise CorruptDataError(f"{where}: blosc buffer holds {len(view)} bytes, its header says {stored}: "
-                                   "the chunk is truncated")
+            # a DecodeError, also a RuntimeError: numcodecs fails with one on such a header (all but the shortest
+            # cuts, which it decodes into values never stored)
+            raise DecodeError(f"{where}: blosc buffer holds {len(view)} bytes, its header says {stored}: "
+                              "the chunk is truncated")
 
 
 def check_crc32c(data: Any, where: str) -> memoryview:

@@ -332,8 +332,14 @@ class _Loader:
                 self._no_consolidated_metadata(V3_KEY)
                 return None, own_v3
         if zarr_format in (None, 2):
-            raw = await source.get(V2_CONSOLIDATED)
+            raw, zgroup_raw, zattrs_raw = await asyncio.gather(
+                source.get(V2_CONSOLIDATED), source.get(V2_GROUP), source.get(V2_ATTRS))
             if raw is not None:
+                # zarr-python opens the root (its .zgroup and .zattrs, checked) before going down to group=
+                if zgroup_raw is None:
+                    raise GroupNotFoundError(f"the root of {source.label} holds {V2_CONSOLIDATED!r} but no "
+                                             f"{V2_GROUP!r}: no group there, so no group {gpath!r} below it")
+                v2_root_attributes(_parse_json(zgroup_raw, V2_GROUP, source), zattrs_raw, source)
                 return await self._subgroup_v2(_parse_json(raw, V2_CONSOLIDATED, source)), own_v3
         self._no_consolidated_metadata(V3_KEY if zarr_format == 3 else V2_CONSOLIDATED)
         return None, own_v3
@@ -464,9 +470,10 @@ class _Loader:
         )
         if zgroup_raw is None:
             return None  # no group here at all: the caller says so
-        attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
         if zmetadata_raw is not None:
+            attributes = v2_root_attributes(_parse_json(zgroup_raw, V2_GROUP, source), zattrs_raw, source)
             return await self._from_zmetadata(_parse_json(zmetadata_raw, V2_CONSOLIDATED, source), attributes)
+        attributes = _parse_json(zattrs_raw, _join(gpath, V2_ATTRS), source) if zattrs_raw is not None else {}
         if self.consolidated is not False:
             self._no_consolidated_metadata(_join(gpath, V2_CONSOLIDATED))
         _check_format(_parse_json(zgroup_raw, _join(gpath, V2_GROUP), source), 2, _join(gpath, V2_GROUP), source)
@@ -507,6 +514,13 @@ class _Loader:
             available, lambda n, pair: _array_v2(n, _join(gpath, n), pair[0], pair[1], source, self.parser)
         )
         return GroupNode(gpath, 2, attributes, arrays)
+
+
+def v2_root_attributes(zgroup: dict[str, Any], zattrs_raw: Any, source: ByteSource) -> dict[str, Any]:
+    """The live attributes of a v2 root opened through its consolidated metadata, its ``.zgroup`` checked as
+    zarr-python checks it then (a group, not an array)."""
+    _check_group_node_type(zgroup, V2_GROUP, source)
+    return _parse_json(zattrs_raw, V2_ATTRS, source) if zattrs_raw is not None else {}
 
 
 async def _nothing() -> None:

@@ -105,10 +105,13 @@ class _TreeLoader:
         self.parser = MetadataParser()
         self.groups: dict[str, GroupNode] = {}
         self._absent: set[str] = set()  # keys already found missing: never asked for twice
+        self._fetched: dict[str, dict[str, Any]] = {}  # documents read ahead, each handed out once
 
     async def _get_json(self, key: str) -> dict[str, Any] | None:
         if key in self._absent:
             return None
+        if key in self._fetched:
+            return self._fetched.pop(key)
         raw = await self.source.get(key)
         if raw is None:
             self._absent.add(key)
@@ -149,8 +152,11 @@ class _TreeLoader:
                     self._get_json(V2_CONSOLIDATED), self._get_json(V2_GROUP), self._get_json(V2_ATTRS))
                 if (zmetadata is not None or self.consolidated) and zgroup is None:
                     await _raise_missing(source, "", zarr_format)
-                if zmetadata is not None:
+                if zmetadata is not None and zgroup is not None:
+                    _check_group_node_type(zgroup, V2_GROUP, source)
                     return await self._consolidated_v2(zmetadata, dict(zattrs or {}))
+                # read already: the walk takes them from here rather than asking again
+                self._fetched.update({k: doc for k, doc in ((V2_GROUP, zgroup), (V2_ATTRS, zattrs)) if doc is not None})
                 if self.consolidated:
                     raise MetadataError(f"consolidated=True, but {source.label} has no {V2_CONSOLIDATED!r}")
         await self._walk(zarr_format, root_doc)
