@@ -195,21 +195,22 @@ class ShardEncoder:
             index_bytes += _crc32c(index_bytes).to_bytes(4, "little")
         return Pieces([index_bytes, *present] if self.index_at_start else [*present, index_bytes])
 
-    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], inside: tuple[int, ...],
-              chunk_spec: Any, pool: Executor | None, where: str) -> Pieces | None:
+    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], chunk_spec: Any,
+              pool: Executor | None, where: str) -> Pieces | None:
         """The shard replacing ``stored`` (None: nothing stored) once ``written`` (slices into the shard) holds
         ``part``, as zarr-python's partial shard write makes it: inner chunks not written keep their stored
         bytes as they are (or stay left out), written ones are stored unless empty (decoded first where only
-        partly written), chunks wholly outside the array (``inside``: the shard's extent inside it) are left
-        out. With nothing left to store, a stored shard becomes one of only its index (reads as the fill value:
-        deleting it could not be made conditional) and a new one is not stored (None)."""
+        partly written). Stored chunks past the array's edge as the writer saw it are kept too (``written``
+        lies within that edge): the array may have grown since, and they hold what was appended. With
+        nothing left to store, a stored shard becomes one of only its index (reads as the fill value: deleting
+        it could not be made conditional) and a new one is not stored (None)."""
         from .shard import ShardFormat, split_index
         from .stores import view
 
         dtype = part.dtype
         fmt = ShardFormat(self.grid, not self.index_at_start, self.index_big_endian, self.index_crc32c)
         index = split_index(fmt, stored, where)[0] if stored is not None else None  # checked, its crc32c too
-        touched, outside = self.touched(written), self.outside(inside)
+        touched = self.touched(written)
         encode = self.inner.chunk_encoder(chunk_spec)
         decode = self.inner.chunk_decoder(chunk_spec, dtype)
 
@@ -240,9 +241,9 @@ class ShardEncoder:
         # Only the chunks written go to the pool: copying a stored chunk's bytes is less work than a hand-off
         # (16,384 hand-offs for a one-element write into a shard of 2 x 2 chunks took 4x zarr's time).
         order = _write_order(self.grid)
-        written_chunks = [c for c in order if touched[c] and not outside[c]]
+        written_chunks = [c for c in order if touched[c]]
         encoded = dict(zip(written_chunks, _map(pool, one, written_chunks), strict=True))
-        parts = [None if outside[c] else encoded[c] if touched[c] else stored_bytes(c) for c in order]
+        parts = [encoded[c] if touched[c] else stored_bytes(c) for c in order]
         return self._assemble(order, parts, keep_index=stored is not None)
 
     def outside(self, inside: tuple[int, ...]) -> np.ndarray:

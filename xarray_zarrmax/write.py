@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -258,14 +258,16 @@ def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ..
         try:
             inside = tuple(min(s, n - c * s) for c, s, n in zip(part.coords, codec.object_shape, write.shape,
                                                                   strict=True))
-            if part.whole:
+            # An object cut by the array's edge, as this write saw it, may hold data past that edge by now (an
+            # append since): replaced whole only where the array is new, else merged like any partial write.
+            if part.whole and (write.fresh or inside == codec.object_shape):
                 encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
                 if encoded is not None:
                     puts[key] = encoded
                 elif not write.fresh:
                     deletes.append(key)  # it may hold older data; a new array has nothing to delete
             else:
-                sink.update(key, _merger(codec, values[part.in_block], part.in_object, inside, key))
+                sink.update(key, _merger(codec, values[part.in_block], part.in_object, key))
         except Exception as err:
             err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
             raise
@@ -290,10 +292,9 @@ def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice,
     return out
 
 
-def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], inside: tuple[int, ...],
-            key: str) -> Any:
+def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], key: str) -> Any:
     def merge(stored: Any) -> Encoded | None:
-        return codec.merge(stored, part, in_object, inside, f"merging into {key!r}")
+        return codec.merge(stored, part, in_object, f"merging into {key!r}")
 
     return merge
 
@@ -438,6 +439,9 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     later: tuple[list[Any], dict[Any, Any], list[Any]] = ([], {}, [])
     for w, a in zip(writes, arrays, strict=True):
         batch = later if compute or is_dask_collection(w.data) else now
+        if not compute and batch is later:
+            # computed at some later time, when a new array may hold what others wrote into it meanwhile
+            w = replace(w, target=replace(w.target, fresh=False))
         batch[0].append(a)
         batch[2].extend(_block_tasks(w, a, sink, collecting, batch[1]))
     if now[2]:

@@ -93,8 +93,7 @@ class ObjectCodec:
         encoded = self._transform.encode_chunk(nd, spec)
         return None if encoded is None else encoded.to_bytes()
 
-    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], inside: tuple[int, ...],
-              where: str) -> Encoded | None:
+    def merge(self, stored: Any, part: np.ndarray, written: tuple[slice, ...], where: str) -> Encoded | None:
         """The bytes replacing ``stored`` (None: nothing was stored) once ``written`` (slices into the object)
         holds ``part``. A shard is merged as zarr's partial shard writes merge (`ShardEncoder.merge`: inner
         chunks not written keep their stored bytes, only partly written ones are decoded). Anything else is
@@ -104,7 +103,7 @@ class ObjectCodec:
         fast = self._fast
         part = np.asarray(part, dtype=self.dtype)
         if isinstance(fast, ShardEncoder):
-            return fast.merge(stored, part, written, inside, self._inner_spec(self.spec()), _pool(), where)
+            return fast.merge(stored, part, written, self._inner_spec(self.spec()), _pool(), where)
         values = self.empty() if stored is None else self.decode(stored)
         values[written] = part
         return self.encode(values, keep_empty=stored is not None)
