@@ -228,6 +228,32 @@ def test_lazy_arrays_pickle_small(tmp_path):
     np.testing.assert_array_equal(np.asarray(back), oracle.t2m.values)
 
 
+def test_unpickled_stores_are_shared_while_used_and_not_kept_for_ever(monkeypatch):
+    """A process unpickles each store once while tasks use it (one store, one connection pool), but does not
+    keep every version of an in-memory store it was ever sent (each pickles its contents): a worker reading a
+    MemoryStore that changes between computes kept one whole copy per version, without end."""
+    import gc
+    import weakref
+
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    from xarray_zarrmax import stores
+
+    monkeypatch.setattr(stores, "_RECENT_BYTES", 64 << 10)
+    memory = MemoryStore()
+    source = stores.ZarrStoreSource(memory, label="memory")
+    first = pickle.loads(pickle.dumps(source))
+    assert pickle.loads(pickle.dumps(source)) is first  # shared, not unpickled per task
+    versions = [weakref.ref(first)]
+    del first
+    for version in range(8):  # new contents: a new payload each time, 32 KiB more each
+        memory._store_dict[f"v{version}"] = cpu.Buffer.from_bytes(bytes(32 << 10))
+        versions.append(weakref.ref(pickle.loads(pickle.dumps(source))))
+    gc.collect()
+    alive = [i for i, ref in enumerate(versions) if ref() is not None]
+    assert alive == [8], alive  # the latest payload alone is over 64 KiB: only it is kept
+
 def test_rectilinear_chunk_grid_falls_back_and_matches_zarr(tmp_path):
     """A chunk grid the fast path does not know (zarr's experimental rectilinear grid) is zarr-python's to read:
     the open must not fail on it."""

@@ -14,6 +14,7 @@ shard index cached from one version is never applied to the bytes of another.
 from __future__ import annotations
 
 import asyncio
+import collections
 import fnmatch
 import hashlib
 import os
@@ -23,6 +24,7 @@ import re
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -471,7 +473,15 @@ def _is_transient(err: BaseException) -> bool:
 
 
 _registry_lock = threading.Lock()
-_registry: dict[bytes, ByteSource] = {}
+#: Sources unpickled in this process, by digest of their payload: tasks on a worker share one store and its
+#: connection pool. Held weakly, since a source no task uses any more is worth nothing, and an in-memory store
+#: pickles its contents (one copy per version read would pile up on every worker, without end); the most
+#: recently used are also held in `_recent`, up to _RECENT_BYTES of payload, so that tasks running one after
+#: another do not unpickle their store (and open its connections) again each time.
+_registry: weakref.WeakValueDictionary[bytes, ByteSource] = weakref.WeakValueDictionary()
+_recent: collections.OrderedDict[bytes, tuple[ByteSource, int]] = collections.OrderedDict()
+_RECENT_BYTES = 64 << 20
+_RECENT_COUNT = 16
 
 
 def _after_fork() -> None:
@@ -492,6 +502,11 @@ def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
         found = _registry.get(digest)
         if found is None:
             found = _registry[digest] = kind(**pickle.loads(payload), label=label)  # type: ignore[call-arg]
+        _recent.pop(digest, None)
+        _recent[digest] = (found, len(payload))
+        while len(_recent) > 1 and (len(_recent) > _RECENT_COUNT
+                                    or sum(size for _, size in _recent.values()) > _RECENT_BYTES):
+            _recent.popitem(last=False)
         return found
 
 
