@@ -62,14 +62,16 @@ def test_rectilinear_grids_read_as_zarr_reads_them(tmp_path, rectilinear_chunks,
     assert wrapper_kinds(tmp_path / "r.zarr") == {"plain": "FallbackArray", "sharded": "FallbackArray"}
 
 
-def test_rectilinear_grid_too_large_is_refused_without_listing_its_chunks(tmp_path, rectilinear_chunks):
-    """2**50 x 3 stored objects: refused at open by max_objects, counted from the grid, not listed chunk by chunk."""
-    from xarray_zarrmax import MetadataError
-
+def test_rectilinear_grid_too_large_is_one_dask_block_without_listing_its_chunks(tmp_path, rectilinear_chunks):
+    """2**50 x 3 stored objects, past max_objects: counted from the grid, not listed chunk by chunk (engine="zarr"
+    lists every chunk's size at open: it never opens this), and one dask block; a selection reads what
+    zarr-python reads."""
     group = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=3)
-    group.create_array("v", shape=(2**50, 10), chunks=[1, [3, 3, 4]], dtype="u1", dimension_names=["x", "y"])
-    with pytest.raises(MetadataError, match=r"array 'v' .* declares 3377699720527872 stored objects"):
-        xr.open_dataset(tmp_path / "h.zarr", engine="zarrmax", chunks={})
+    arr = group.create_array("v", shape=(2**50, 10), chunks=[1, [3, 3, 4]], dtype="u1", dimension_names=["x", "y"])
+    arr[1:3] = np.arange(20, dtype="u1").reshape(2, 10)
+    ours = xr.open_dataset(tmp_path / "h.zarr", engine="zarrmax", chunks={})
+    assert ours["v"].chunks == ((2**50,), (10,))
+    np.testing.assert_array_equal(ours["v"][:4].values, arr[:4])
 
 
 def repaired_store(path: Path, repair: str) -> None:

@@ -340,11 +340,33 @@ def test_fuzz_zstd_chunks_of_many_frames(tmp_path, case):
             read_all(tmp_path / "s.zarr")
 
 
-def test_huge_declared_shape_is_refused_at_open(tmp_path):
+@pytest.mark.parametrize("chunks", [None, {}], ids=["no dask", "dask"])
+def test_huge_declared_shape_opens_lazily_as_engine_zarr(tmp_path, chunks):
+    """2**40 stored objects, past max_objects: opened and read where selected, as engine="zarr" does without
+    dask; with chunks={} as one dask block (engine="zarr" would try to plan 2**40 tasks). (Not 2**62: dask
+    slices a dimension longer than 2**53 in floating point, and [-3:] of it comes out empty.)"""
+    group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=(2**40,), chunks=(1,), dtype="u1", dimension_names=["x"], fill_value=7)
+    arr[2:4] = [1, 2]
+    arr[-2] = 3
+    ds = xr.open_dataset(tmp_path / "huge.zarr", engine="zarrmax", chunks=chunks)
+    if chunks is not None:
+        assert ds["v"].chunks == ((2**40,),)
+    oracle = xr.open_dataset(tmp_path / "huge.zarr", engine="zarr", chunks=None, consolidated=False)
+    xr.testing.assert_identical(ds["v"][:6].compute(), oracle["v"][:6].compute())
+    xr.testing.assert_identical(ds["v"][-3:].compute(), oracle["v"][-3:].compute())
+
+
+def test_huge_declared_shape_on_the_device_is_refused_at_open(tmp_path, monkeypatch):
+    """With device="cuda" every array is a dask array of one block per object: refused before any is planned,
+    before CuPy is used (here without a GPU: the check that CuPy imports is skipped)."""
+    import xarray_zarrmax.backend as backend
+
+    monkeypatch.setattr(backend, "resolve_device", lambda device: None)
     group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)
     group.create_array("v", shape=(2**62,), chunks=(1,), dtype="u1", dimension_names=["x"])
     with pytest.raises(MetadataError, match=r"array 'v' .* declares 4611686018427387904 stored objects"):
-        xr.open_dataset(tmp_path / "huge.zarr", engine="zarrmax", chunks={})
+        xr.open_dataset(tmp_path / "huge.zarr", engine="zarrmax", chunks={}, device="cuda")
 
 
 def test_large_but_allowed_shape_reads_lazily(tmp_path):

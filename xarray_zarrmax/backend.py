@@ -359,14 +359,19 @@ class ZarrmaxStore(AbstractDataStore):
         structure = self._structure(node)
         wrapper = self.wrapper(node)
         outer = structure.outer
-        if structure.objects > get_config().max_objects:
+        too_many = structure.objects > get_config().max_objects
+        if too_many and self.device == "cuda":  # always a dask array of one block per object
             raise MetadataError(
                 f"array {node.name!r} of {self.source.label} declares {structure.objects} stored objects (shape "
-                f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}"
+                f"{wrapper.shape}, chunks {outer}), more than config max_objects={get_config().max_objects}: too "
+                "many dask tasks to plan one per object. Open it on the host (device=None)."
             )
+        # Past max_objects, dask could not plan one task per object (their sizes alone would fill memory):
+        # chunks={} makes one block of the array, whose selections still read only what they select.
+        task_chunks = tuple(wrapper.shape) if too_many else self._task_chunks(wrapper, outer)
         encoding: dict[str, Any] = {
             "chunks": structure.chunks,
-            "preferred_chunks": dict(zip(dims, self._task_chunks(wrapper, outer), strict=True)),
+            "preferred_chunks": dict(zip(dims, task_chunks, strict=True)),
         }
         if wrapper.dtype.kind == "T":  # as xarray's zarr backend: keeps NumPy's StringDType through decoding
             encoding["dtype"] = wrapper.dtype

@@ -48,8 +48,9 @@ class Config:
         at the cost of xarray warning about user chunks that split a group. ``chunks="auto"`` groups whole
         stored objects too (dask's chunk-size), with no such warning.
     max_objects
-        Most stored objects (shards, or chunks when unsharded) one array may declare; more is refused at open,
-        since no scheduler can plan that many tasks.
+        Most stored objects (shards, or chunks when unsharded) of one array for which ``chunks={}`` plans a dask
+        task each. An array of more is one dask block (a selection of it still reads only what it selects),
+        since no scheduler can plan that many tasks; with ``device="cuda"`` it is refused at open.
     multipart_threshold
         `to_zarr` sends an object larger than this (bytes) to S3 as a multipart upload, in parts of
         ``split_size`` (at least 5 MiB, S3's smallest part), up to 12 at once; smaller ones, and every
