@@ -400,19 +400,19 @@ def test_one_dask_task_per_shard(tmp_path: Path) -> None:
     """Writing runs exactly one write task per shard (dask chunk = shard here)."""
     calls = []
     seen = threading.Lock()
-    original = xarray_zarrmax.write.write_block
+    original = xarray_zarrmax.write.write_blocks
 
-    def counting(block: Any, write: Any, sink: Any, start: tuple[int, ...]) -> int:
+    def counting(blocks: Any, write: Any, sink: Any, starts: list[tuple[int, ...]]) -> int:
         with seen:
-            calls.append((write.path, start))
-        return original(block, write, sink, start)
+            calls.append((write.path, starts))
+        return original(blocks, write, sink, starts)
 
     ds = sample().drop_vars(["count", "flag"]).chunk({"time": 8})
     import unittest.mock
 
-    with unittest.mock.patch.object(xarray_zarrmax.write, "write_block", counting):
+    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", counting):
         xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
-    assert sorted(start for path, start in calls if path == "temp") == [(0, 0, 0), (8, 0, 0), (16, 0, 0)]
+    assert sorted(starts for path, starts in calls if path == "temp") == [[(0, 0, 0)], [(8, 0, 0)], [(16, 0, 0)]]
     check_reads(tmp_path / "a.zarr", sample().drop_vars(["count", "flag"]))
 
 
@@ -625,6 +625,38 @@ def test_append_merges_the_last_partial_shard(where: dict[str, Any]) -> None:
     expected = xr.concat([first, second], dim="time", data_vars="minimal", coords="minimal", compat="override")
     expected["flag"] = first["flag"]
     check_reads(where["read"], expected, **where["kwargs"])
+
+
+def test_an_append_reads_each_document_of_the_target_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the target holds is read once per key while a write is prepared (xarray's writer reads an array's
+    document twice, the write reads it again for the stored shape: each a round trip on S3), and the check for
+    Zarr v2 documents goes with the first read of the group's."""
+    from zarr.storage import WrapperStore
+
+    path = tmp_path / "a.zarr"
+    xarray_zarrmax.to_zarr(sample(), path, encoding={"temp": SHARDED}, consolidated=False)
+    requests: list[tuple[str, str]] = []
+
+    class Recording(WrapperStore):  # type: ignore[type-arg]
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            requests.append(("get", key))
+            return await self._store.get(key, prototype, byte_range)
+
+        async def exists(self, key: str) -> bool:
+            requests.append(("exists", key))
+            return await self._store.exists(key)
+
+    original = sinks.LocalSink.existing_store
+    monkeypatch.setattr(sinks.LocalSink, "existing_store", lambda self: Recording(original(self)))
+    more = sample(nt=4, t0=NT).drop_vars(["flag", "y", "x", "station"])
+    xarray_zarrmax.to_zarr(more, path, append_dim="time", consolidated=False)
+    gets = [key for kind, key in requests if kind == "get"]
+    assert sorted(gets) == sorted(set(gets)) and "temp/zarr.json" in gets, requests
+    assert requests[:3] == [("exists", ".zgroup"), ("exists", ".zarray"), ("get", "zarr.json")]
+    expected = xr.concat([sample(), sample(nt=4, t0=NT)], dim="time", data_vars="minimal", coords="minimal",
+                         compat="override")
+    expected["flag"] = sample()["flag"]
+    check_reads(path, expected)
 
 
 def test_mode_w_replaces_everything(where: dict[str, Any]) -> None:
@@ -846,6 +878,79 @@ def test_conditional_put_applied_but_reported_failed_is_merged_again(minio: Mini
     assert bytes(run_sync(sink.source.get("k"))) == b"aX"
 
 
+def test_a_likely_new_object_is_created_in_one_request_and_merged_where_it_exists(minio: MinioServer,
+                                                                                    bucket: str) -> None:
+    """``likely_new``: one PUT with If-None-Match and no read where the key is free; where another writer
+    created the object, that PUT fails and the object is read and merged as usual, nothing lost; where the
+    merge of nothing stores nothing, the object is read (one there must be merged, not skipped)."""
+    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.stores import s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/new{next(_counter)}", minio.storage_options()))
+    seen: list[bytes | None] = []
+
+    def mine(stored: Any) -> bytes:
+        seen.append(None if stored is None else bytes(stored))
+        return (b"" if stored is None else bytes(stored)) + b"mine"
+
+    with request_counts() as counts:
+        sink.update("free", mine, likely_new=True)
+    assert seen == [None] and (counts.total("get"), counts.total("put")) == (0, 1)
+    assert bytes(run_sync(sink.source.get("free"))) == b"mine"
+
+    run_sync(sink.put_async("taken", b"theirs + "))
+    seen.clear()
+    with request_counts() as counts:
+        sink.update("taken", mine, likely_new=True)
+    assert seen == [None, b"theirs + "] and (counts.total("get"), counts.total("put")) == (1, 2)
+    assert bytes(run_sync(sink.source.get("taken"))) == b"theirs + mine"
+
+    run_sync(sink.put_async("filled", b"theirs"))
+    sink.update("filled", lambda stored: None if stored is None else bytes(stored) + b" cleared", likely_new=True)
+    assert bytes(run_sync(sink.source.get("filled"))) == b"theirs cleared"
+
+
+def test_an_append_creates_its_new_edge_objects_without_reading_them(where: dict[str, Any]) -> None:
+    """Objects wholly past the stored extent (an append's, and those cut by the edge of a dimension that does
+    not grow) are created with one conditional PUT each on S3, not read first; an object the append shares
+    with what is stored is read and merged."""
+    on_s3 = where["target"].startswith("s3://")  # local reads of missing files are no round trips: not saved
+    grid = xr.Dataset({"v": (("t", "y"), np.arange(4 * 37.0).reshape(4, 37)), "w": (("x",), np.arange(16.0))})
+    write(where, grid, encoding={"v": {"chunks": (1, 64)}, "w": {"chunks": (4,), "shards": (8,)}})
+    more = xr.Dataset({"v": (("t", "y"), -np.arange(3 * 37.0).reshape(3, 37))})
+    with request_counts() as counts:
+        write(where, more, append_dim="t")
+    if on_s3:
+        assert sorted((kind, key) for _, kind, key in counts.keys if "/c/" in key) == [
+            ("put", f"v/c/{t}/0") for t in range(4, 7)]
+    for appended, shared in ((np.array([16.0, 17.0, 18.0]), False), (np.array([19.0, 20.0]), True)):
+        with request_counts() as counts:
+            write(where, xr.Dataset({"w": (("x",), appended)}), append_dim="x")
+        if on_s3:
+            assert sorted((kind, key) for _, kind, key in counts.keys if "/c/" in key) == (
+                [("get", "w/c/2")] * shared + [("put", "w/c/2")])
+    expected = xr.Dataset({"v": xr.concat([grid["v"], more["v"]], dim="t"), "w": (("x",), np.arange(21.0))})
+    check_reads(where["read"], expected, **where["kwargs"])
+
+
+def test_a_prepared_append_whose_new_shard_was_created_meanwhile_merges_into_it(where: dict[str, Any]) -> None:
+    """An append prepared with compute=False guesses its edge shard absent (it lay past the stored array);
+    another append creates it before the first is computed: the first's create fails, it reads and merges,
+    and both appends' values are kept."""
+    import dask.array as da
+
+    write(where, xr.Dataset({"w": (("x",), np.arange(8.0))}), encoding={"w": {"chunks": (4,), "shards": (8,)}})
+    prepared = write(where, xr.Dataset({"w": (("x",), da.from_array(np.array([8.0, 9.0]), chunks=2))}),
+                     append_dim="x", compute=False)
+    write(where, xr.Dataset({"w": (("x",), np.arange(10.0, 14.0))}), append_dim="x")
+    with request_counts() as counts:
+        prepared.compute()
+    data = sorted((kind, key) for _, kind, key in counts.keys if "/c/" in key)
+    if where["target"].startswith("s3://"):
+        assert data == [("get", "w/c/1"), ("put", "w/c/1"), ("put", "w/c/1")]  # a failed create, a merge
+    check_reads(where["read"], xr.Dataset({"w": (("x",), np.arange(14.0))}), **where["kwargs"])
+
+
 # -- failures -----------------------------------------------------------------------------------------------------
 
 
@@ -1023,10 +1128,114 @@ def test_alignment_rules() -> None:
         check_aligned("v", ("t",), (0,), ((5, 5),), (8,), "shard")
 
 
+@given(start=st.integers(0, 40), length=st.integers(0, 120), size=st.integers(1, 16),
+       rows=st.integers(1, 5), target=st.integers(1, 4096), min_blocks=st.integers(1, 8))
+def test_in_memory_data_is_cut_into_blocks_of_whole_objects(start: int, length: int, size: int, rows: int,
+                                                           target: int, min_blocks: int) -> None:
+    """Blocks of whole objects: every boundary between two blocks is an object boundary, and each block holds
+    at most as many objects as fit in ``target`` (one at least) and as leave ``min_blocks`` blocks."""
+    from xarray_zarrmax.write_plan import grouped_chunks
+
+    chunks = grouped_chunks((start, 0), (length, rows), (size, 2), 8, target_bytes=target, min_blocks=min_blocks)
+    assert tuple(sum(c) for c in chunks) == (length, rows)
+    assert misaligned_boundary(start, chunks[0], size) is None and misaligned_boundary(0, chunks[1], 2) is None
+    objects = len(aligned_chunks(start, length, size)) * len(aligned_chunks(0, rows, 2))
+    most = max(1, min(target // (size * 2 * 8), -(-objects // min_blocks)))
+    starts = np.cumsum((start, *chunks[0][:-1]))
+    rows_starts = np.cumsum((0, *chunks[1][:-1]))
+    for a, n in zip(starts, chunks[0], strict=True):
+        for r, m in zip(rows_starts, chunks[1], strict=True):
+            assert len(aligned_chunks(int(a), n, size)) * len(aligned_chunks(int(r), m, 2)) <= most
+
+
+def test_in_memory_data_of_small_objects_is_written_in_few_tasks(tmp_path: Path) -> None:
+    """Not one task per object: with 2 dask threads, 4 tasks for 240 chunks (each task sends its PUTs at
+    once), and the store reads back as Dataset.to_zarr's."""
+    calls = []
+    original = xarray_zarrmax.write.write_blocks
+    seen = threading.Lock()
+
+    def counting(blocks: Any, write: Any, sink: Any, starts: list[tuple[int, ...]]) -> int:
+        with seen:
+            calls.extend((write.path, start, block.shape) for block, start in zip(blocks, starts, strict=True))
+        return original(blocks, write, sink, starts)
+
+    import unittest.mock
+
+    values = np.random.default_rng(0).normal(size=(2, 721, 1440)).astype("f4")
+    ds = xr.Dataset({"t2m": (("time", "lat", "lon"), values)})
+    encoding = {"t2m": {"chunks": (1, 100, 100)}}
+    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", counting), \
+            dask.config.set(num_workers=2):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding=encoding)
+    assert sorted(calls) == [("t2m", (t, lat, 0), (1, n, 1440)) for t in (0, 1) for lat, n in ((0, 400), (400, 321))]
+    ds.to_zarr(tmp_path / "b.zarr", encoding=encoding, zarr_format=3)
+    for name in sorted(os.listdir(tmp_path / "b.zarr/t2m/c/1/7")):
+        assert (tmp_path / f"a.zarr/t2m/c/1/7/{name}").read_bytes() == (tmp_path / f"b.zarr/t2m/c/1/7/{name}").read_bytes()
+    check_reads(tmp_path / "a.zarr", ds)
+
+
+def test_small_dask_blocks_are_written_in_groups_each_task_holding_only_its_own(tmp_path: Path) -> None:
+    """240 dask blocks of one 40 kB chunk each, 2 dask threads: 4 write tasks of 60 blocks, each depending on
+    exactly its own blocks (never the whole array), and the store is Dataset.to_zarr's."""
+    from dask.core import get_dependencies
+
+    values = np.random.default_rng(0).normal(size=(2, 721, 1440)).astype("f4")
+    ds = xr.Dataset({"t2m": (("time", "lat", "lon"), values)}).chunk({"time": 1, "lat": 100, "lon": 100})
+    encoding = {"t2m": {"chunks": (1, 100, 100)}}
+    with dask.config.set(num_workers=2):
+        delayed = xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding=encoding, compute=False)
+    graph = dict(delayed.__dask_graph__())
+    tasks = [key for key in graph if str(key[0] if isinstance(key, tuple) else key).startswith("write_block")]
+    groups = sorted(sorted(key[1:] for key in get_dependencies(graph, task)) for task in tasks)
+    assert groups == [[(t, lat, lon) for lat in lats for lon in range(15)]
+                      for t in (0, 1) for lats in (range(4), range(4, 8))]
+    delayed.compute()
+    ds.to_zarr(tmp_path / "b.zarr", encoding=encoding, zarr_format=3)
+    for name in sorted(os.listdir(tmp_path / "b.zarr/t2m/c/0/7")):
+        assert (tmp_path / f"a.zarr/t2m/c/0/7/{name}").read_bytes() == (tmp_path / f"b.zarr/t2m/c/0/7/{name}").read_bytes()
+    check_reads(tmp_path / "a.zarr", ds.compute())
+
+
+def test_merges_of_one_task_run_at_once_on_s3_and_each_failure_is_named(tmp_path: Path, minio: MinioServer,
+                                                                        bucket: str) -> None:
+    """A task's read-merge-writes are concurrent on S3 (two merges that each wait for the other would hang
+    one after another), all of them run when one fails, and the error names the failed key."""
+    from xarray_zarrmax.sinks import Update
+    from xarray_zarrmax.stores import s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/many{next(_counter)}", minio.storage_options()))
+    both = threading.Barrier(2, timeout=10)
+
+    def meeting(stored: Any) -> bytes:
+        both.wait()  # BrokenBarrierError after 10 s where the merges run one after another
+        return b"met"
+
+    sink.update_many([Update("a", meeting, True), Update("b", meeting, False)], in_flight=2)
+    done = []
+
+    def fine(stored: Any) -> bytes:
+        done.append(1)
+        return b"fine"
+
+    def broken(stored: Any) -> bytes:
+        raise ValueError("this merge fails")
+
+    from xarray_zarrmax._loop import run_sync
+
+    for each in (sink, sinks.LocalSink(tmp_path)):  # concurrent, and one after another
+        done.clear()
+        with pytest.raises(ValueError, match="this merge fails") as info:
+            each.update_many([Update("c", fine), Update("d", broken), Update("e", fine)], in_flight=3)
+        assert "while merging into 'd'" in info.value.__notes__
+        assert len(done) == 2
+        assert [run_sync(each.source.get(k)) is not None for k in "cde"] == [True, False, True]
+
+
 def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
     """The data tasks run on whatever scheduler is in force (here: synchronous, in this thread)."""
     threads = set()
-    original = xarray_zarrmax.write.write_block
+    original = xarray_zarrmax.write.write_blocks
 
     def recording(*args: Any, **kwargs: Any) -> int:
         threads.add(threading.get_ident())
@@ -1034,7 +1243,7 @@ def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
 
     import unittest.mock
 
-    with unittest.mock.patch.object(xarray_zarrmax.write, "write_block", recording), \
+    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", recording), \
             dask.config.set(scheduler="synchronous"):
         xarray_zarrmax.to_zarr(sample().chunk({"time": 8}), tmp_path / "a.zarr", encoding={"temp": SHARDED})
     assert threads == {threading.get_ident()}

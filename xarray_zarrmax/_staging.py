@@ -34,6 +34,10 @@ class StagingStore(Store):
         self.label = label
         self.scrub = scrub
         self.memory = MemoryStore()
+        # Whole objects read from the base, kept: xarray reads an array's document twice, `to_zarr` reads it
+        # again for the array's stored shape, each a round trip on S3. What the target held when read is what
+        # the write is prepared against, so one read per key is also the consistent answer.
+        self._read: dict[str, Buffer | None] = {}
         self.deleted_keys: set[str] = set()
         self.deleted_prefixes: list[str] = []  # "" is the whole store
 
@@ -67,11 +71,26 @@ class StagingStore(Store):
             return await self.memory.get(key, prototype, byte_range)
         if self.base is None or self._hidden(key):
             return None
+        if byte_range is None and key in self._read:
+            return self._read[key]
         try:
-            return await self.base.get(key, prototype, byte_range)
+            got = await self.base.get(key, prototype, byte_range)
         except Exception as err:
             failure = self._failure(err, "GET", key)
+        else:
+            if byte_range is None:
+                self._read[key] = got
+            return got
         raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+    async def base_bytes(self, key: str) -> bytes | None:
+        """What the target held at ``key`` (read once; None: nothing, or deleted by this call)."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        if self.base is None or self._hidden(key):
+            return None
+        got = self._read[key] if key in self._read else await self.get(key, default_buffer_prototype())
+        return None if got is None else got.to_bytes()
 
     def _failure(self, err: BaseException, what: str, key: str) -> BaseException:
         failure = self.scrub(err)
@@ -87,6 +106,8 @@ class StagingStore(Store):
             return True
         if self.base is None or self._hidden(key):
             return False
+        if key in self._read:
+            return self._read[key] is not None
         try:
             return await self.base.exists(key)
         except Exception as err:

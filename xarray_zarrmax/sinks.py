@@ -36,9 +36,10 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import accounting
 from ._loop import gather_or_cancel, run_sync
@@ -72,6 +73,14 @@ MIN_PART_SIZE = 5 * 2**20
 PART_CONCURRENCY = 12
 
 
+class Update(NamedTuple):
+    """One read-merge-write for `Sink.update_many`: the arguments of `Sink.update`."""
+
+    key: str
+    merge: Merge
+    likely_new: bool = False
+
+
 def _backoff(attempt: int) -> float:
     # jittered, so writers that collided once do not collide again in lockstep
     return min(0.005 * 2**attempt, MAX_BACKOFF_S) * (0.5 + random.random())
@@ -90,13 +99,28 @@ class Sink:
     def delete(self, key: str) -> None:
         raise NotImplementedError
 
-    def update(self, key: str, merge: Merge) -> None:
-        """Replace the object at ``key`` by ``merge(stored bytes)``, without losing a concurrent update."""
+    def update(self, key: str, merge: Merge, *, likely_new: bool = False) -> None:
+        """Replace the object at ``key`` by ``merge(stored bytes)``, without losing a concurrent update.
+        ``likely_new``: the caller expects no object there, so a sink whose reads are round trips may try to
+        create it first (``merge(None)``, stored only if the key is still free) and read only if that fails."""
         raise NotImplementedError
 
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
         """Write every object at once (one concurrent batch where the store allows)."""
         raise NotImplementedError
+
+    def update_many(self, updates: Sequence[Update], in_flight: int) -> None:
+        """`update` each, up to ``in_flight`` at once where the store's round trips make that worth it (here:
+        one after another). Every update runs, also after one fails; then the first failure is raised, its
+        key in a note."""
+        failures = []
+        for update in updates:
+            try:
+                self.update(update.key, update.merge, likely_new=update.likely_new)
+            except Exception as err:
+                failures.append(_noted(err, update.key))
+        if failures:
+            raise failures[0]
 
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object under ``prefix`` ("": the whole store)."""
@@ -257,7 +281,8 @@ class LocalSink(Sink):
                 pass
         accounting.record(self.label, "delete", key)
 
-    def update(self, key: str, merge: Merge) -> None:
+    def update(self, key: str, merge: Merge, *, likely_new: bool = False) -> None:
+        # likely_new changes nothing here: reading a missing file costs a failed open, not a round trip
         path = self._path(key)
         with self._naming("updating", key), self._locked(path, exclusive=True) as directory:
             got = self.source.read_settled(key)
@@ -284,6 +309,11 @@ class LocalSink(Sink):
                 except OSError:  # not empty: another writer is already filling it
                     pass
         accounting.record(self.label, "delete", prefix)
+
+
+def _noted(err: BaseException, key: str) -> BaseException:
+    err.add_note(f"while merging into {key!r}")
+    return err
 
 
 def _write_parts(fd: int, data: Encoded) -> None:
@@ -388,7 +418,9 @@ class ObstoreSink(Sink):
     def delete(self, key: str) -> None:
         run_sync(self.delete_async(key))
 
-    def update(self, key: str, merge: Merge) -> None:
+    def update(self, key: str, merge: Merge, *, likely_new: bool = False) -> None:
+        if likely_new and self._create(key, merge):
+            return
         for attempt in range(MAX_ATTEMPTS):
             got = run_sync(self.source._get_versioned("GET", key, {}))
             if got is not None and got.version is None:
@@ -412,6 +444,37 @@ class ObstoreSink(Sink):
             time.sleep(_backoff(attempt))
         raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MAX_ATTEMPTS} attempts in a row lost "
                                "to concurrent writers of the same object")
+
+    def update_many(self, updates: Sequence[Update], in_flight: int) -> None:
+        # Threads, not the I/O loop: each merge decodes and encodes (CPU work), and `update` blocks on its
+        # round trips. Small objects' merges were one round trip after another: latency-bound.
+        if len(updates) <= 1 or in_flight <= 1:
+            super().update_many(updates, in_flight)
+            return
+        with ThreadPoolExecutor(min(in_flight, len(updates)), thread_name_prefix="xarray_zarrmax-merge") as pool:
+            futures = [pool.submit(self.update, u.key, u.merge, likely_new=u.likely_new) for u in updates]
+        failures = [_noted(err, u.key) for u, f in zip(updates, futures, strict=True)
+                    if (err := f.exception()) is not None]
+        if failures:
+            raise failures[0]
+
+    def _create(self, key: str, merge: Merge) -> bool:
+        """``merge(None)`` stored by a PUT with If-None-Match, one request where no object is there (an append's
+        new edge shard); False where that did not settle it: the object exists after all (another writer made
+        it), the PUT failed on the way (it may have landed: reading tells), or the merge stores nothing (an
+        object there would have to be merged)."""
+        new = merge(None)
+        if new is None:
+            return False
+        try:
+            run_sync(self.put_async(key, new, "create"))
+        except ObjectChanged:
+            return False
+        except RequestFailed as err:
+            if not _is_transient(err):
+                raise
+            return False
+        return True
 
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
         run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
@@ -511,7 +574,8 @@ class IcechunkSink(Sink):
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
         run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
 
-    def update(self, key: str, merge: Merge) -> None:
+    def update(self, key: str, merge: Merge, *, likely_new: bool = False) -> None:
+        # likely_new changes nothing here: reads come from the session, no round trip to save
         with _OBJECT_LOCKS[hash((id(self.session), key)) % len(_OBJECT_LOCKS)]:
             got = run_sync(self.source.get(key))
             new = merge(got)

@@ -9,7 +9,7 @@ Three steps:
 2. Every changed metadata document (the group's and each array's ``zarr.json``, consolidated metadata) is
    sent in one concurrent batch.
 3. Data: one dask task per shard (a chunk when unsharded), or per dask chunk where a chunk spans several
-   shards. A task encodes its shards with zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends
+   shards, or per group of adjacent small ones (`WRITE_BYTES_IN_FLIGHT`). A task encodes its shards with zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends
    each in one PUT. A shard only partly covered (a region's or an append's edge) is read, merged and written
    back conditionally (`xarray_zarrmax.sinks`), so concurrent writers of one shard never lose data.
 """
@@ -17,8 +17,10 @@ Three steps:
 from __future__ import annotations
 
 import functools
+import json
+import math
 import uuid
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,13 +29,30 @@ import numpy as np
 from ._loop import gather_or_cancel, run_sync
 from .advise import advised_variables
 from .shard_encode import Encoded
-from .sinks import Sink, resolve_sink
+from .sinks import Sink, Update, resolve_sink
 from .write_advise import advised_encoding, check_advise_request
 from .write_codec import ObjectCodec
-from .write_plan import aligned_chunks, check_aligned, objects_for_block
+from .write_plan import (
+    aligned_chunks,
+    block_groups,
+    check_aligned,
+    group_factors,
+    grouped_chunks,
+    objects_for_block,
+    per_group,
+)
 
 if TYPE_CHECKING:
     from ._staging import StagingStore  # imports zarr: only when writing
+
+#: What the write tasks running at once hold of their data, about (each a share by dask's thread count,
+#: at least one object): small objects go several to a task, so that a task sends its PUTs at once. One task
+#: per small object left its writes waiting on dask's few threads, a round trip after another
+#: (docs/writing.md). Data in memory is cut into such blocks; small dask blocks are grouped.
+WRITE_BYTES_IN_FLIGHT = 32 * 2**20
+#: Merges of one task run concurrently while their objects (decoded) fit in this, at most `MAX_MERGES` at once.
+MERGE_BYTES_IN_FLIGHT = 64 * 2**20
+MAX_MERGES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +63,9 @@ class ArrayTarget:
     path: str  # the array's path in the store
     codec: ObjectCodec
     fresh: bool  # the array did not exist before this call: no stored object to delete or merge with
+    # The array's shape in the store before this call (None: it did not exist; (): not known). Objects wholly
+    # past it are most likely absent: their merge tries to create them before it reads anything.
+    stored_shape: tuple[int, ...] | None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -57,6 +79,15 @@ class ArrayTarget:
     @property
     def kind(self) -> str:
         return "shard" if self.codec.metadata.sharding_codec is not None else "chunk"
+
+    def likely_new(self, coords: tuple[int, ...]) -> bool:
+        """Whether the object at ``coords`` lay wholly outside the array before this call (a guess: another
+        writer may have created it since; `Sink.update` checks)."""
+        if self.stored_shape is None:
+            return True
+        if len(self.stored_shape) != len(coords):
+            return False
+        return any(c * s >= n for c, s, n in zip(coords, self.codec.object_shape, self.stored_shape, strict=True))
 
     def key(self, coords: tuple[int, ...]) -> str:
         chunk_key = self.codec.metadata.encode_chunk_key(coords)
@@ -109,9 +140,9 @@ def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str
 
 def _array_writes(recorder: _Recorder, staging: StagingStore) -> list[ArrayWrite]:
     paths = [target.path for _, target, _ in recorder.writes]
-    existed = run_sync(gather_or_cancel(*(_existed(staging, p) for p in paths)))  # one concurrent batch
+    stored = run_sync(gather_or_cancel(*(_stored_shape(staging, p) for p in paths)))  # one concurrent batch
     out = []
-    for (source, target, region), before in zip(recorder.writes, existed, strict=True):
+    for (source, target, region), before in zip(recorder.writes, stored, strict=True):
         metadata = target.metadata
         if metadata.zarr_format != 3:
             raise ValueError(f"array {target.path!r} is Zarr format {metadata.zarr_format}: only format 3 is written")
@@ -120,16 +151,22 @@ def _array_writes(recorder: _Recorder, staging: StagingStore) -> list[ArrayWrite
         # The array's own setting, as xarray resolved it (the argument, the variable's encoding, zarr's config)
         codec = ObjectCodec(metadata, bool(target.config.write_empty_chunks))
         codec.spec()  # a codec zarr cannot set up fails here, before any metadata is written
-        out.append(ArrayWrite(ArrayTarget(target.path, codec, not before), source, start))
+        out.append(ArrayWrite(ArrayTarget(target.path, codec, before is None, before), source, start))
     return out
 
 
-async def _existed(staging: StagingStore, path: str) -> bool:
-    """Whether the array was in the target before this call (and was not deleted by it)."""
-    key = f"{path}/zarr.json" if path else "zarr.json"
-    if staging.base is None or staging._hidden(key):
-        return False
-    return bool(await staging.base.exists(key))
+async def _stored_shape(staging: StagingStore, path: str) -> tuple[int, ...] | None:
+    """The array's shape in the target before this call: None where it was not there (or this call deleted
+    it), () where its document is there but names no shape (nothing is then guessed absent). Usually no
+    request: xarray's writer read the document already."""
+    data = await staging.base_bytes(f"{path}/zarr.json" if path else "zarr.json")
+    if data is None:
+        return None
+    try:
+        shape = json.loads(data).get("shape")
+        return tuple(int(n) for n in shape) if isinstance(shape, list) else ()
+    except (ValueError, TypeError, AttributeError):
+        return ()  # zarr itself reads the document and says what is wrong with it
 
 
 def _staged(ds: Any, sink: Sink, encoding: Mapping[str, Any] | None,
@@ -161,8 +198,10 @@ def _refuse_v2(staging: StagingStore, staging_args: Mapping[str, Any]) -> None:
     keys = [f"{p}{name}" for p in prefixes for name in (".zgroup", ".zarray")]
     if staging.base is None or not keys:
         return
-    found = run_sync(gather_or_cancel(*(staging.exists(k) for k in keys)))  # the base's errors, scrubbed
-    v2 = [k for k, hit in zip(keys, found, strict=True) if hit]
+    # In the same round trip, the target group's document, which xarray's writer reads first (kept by staging)
+    found = run_sync(gather_or_cancel(*(staging.exists(k) for k in keys),
+                                      staging.base_bytes(f"{group}/zarr.json" if group else "zarr.json")))
+    v2 = [k for k, hit in zip(keys, found[:len(keys)], strict=True) if hit]
     if v2:
         raise ValueError(
             f"{staging.label} holds a Zarr format 2 {'array' if v2[0].endswith('.zarray') else 'group'} "
@@ -231,7 +270,9 @@ def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
     object_shape = target.codec.object_shape
     if not is_dask_collection(data):
         values = np.asarray(data)
-        chunks = tuple(aligned_chunks(a, n, s) for a, n, s in zip(write.start, values.shape, object_shape, strict=True))
+        threads = _dask_threads()
+        chunks = grouped_chunks(write.start, values.shape, object_shape, target.codec.dtype.itemsize,
+                                target_bytes=WRITE_BYTES_IN_FLIGHT // threads, min_blocks=2 * threads)
         # a name of our own: dask would otherwise hash every byte of the array to name it
         return da.from_array(values, chunks=chunks, name=f"zarrmax-source-{uuid.uuid4().hex}")
     if align_chunks:
@@ -244,41 +285,61 @@ def _as_dask(write: ArrayWrite, align_chunks: bool) -> Any:
     return data
 
 
-def write_block(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> int:
-    """Write one dask block: every object it covers whole in one PUT each (concurrently), every object it
-    covers in part by a conditional read-merge-write. Returns the number of objects touched."""
-    values = np.asarray(block, dtype=write.codec.dtype)
+def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: Sequence[tuple[int, ...]]) -> int:
+    """Write dask blocks of one array (each covering whole objects but at the written range's edges; ``starts``:
+    where each begins): every object covered whole in one PUT, all of them at once; every object covered in
+    part by a conditional read-merge-write, several at once where the store's requests are round trips.
+    Returns the number of objects touched."""
     codec = write.codec
     puts: dict[str, Encoded] = {}
     deletes: list[str] = []
+    updates: list[Update] = []
     touched = 0
-    for part in objects_for_block(write.shape, codec.object_shape, start, values.shape):
-        touched += 1
-        key = write.key(part.coords)
-        try:
-            inside = tuple(min(s, n - c * s) for c, s, n in zip(part.coords, codec.object_shape, write.shape,
-                                                                  strict=True))
-            # An object cut by the array's edge, as this write saw it, may hold data past that edge by now (an
-            # append since): replaced whole only where the array is new, else merged like any partial write.
-            if part.whole and (write.fresh or inside == codec.object_shape):
-                encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
-                if encoded is not None:
-                    puts[key] = encoded
-                elif not write.fresh:
-                    deletes.append(key)  # it may hold older data; a new array has nothing to delete
-            else:
-                sink.update(key, _merger(codec, values[part.in_block], part.in_object, key))
-        except Exception as err:
-            err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
-            raise
+    for block, start in zip(blocks, starts, strict=True):
+        values = np.asarray(block, dtype=codec.dtype)
+        for part in objects_for_block(write.shape, codec.object_shape, start, values.shape):
+            touched += 1
+            key = write.key(part.coords)
+            try:
+                inside = tuple(min(s, n - c * s) for c, s, n in zip(part.coords, codec.object_shape, write.shape,
+                                                                      strict=True))
+                # An object cut by the array's edge, as this write saw it, may hold data past that edge by now
+                # (an append since): replaced whole only where the array is new, else merged like any partial
+                # write.
+                if part.whole and (write.fresh or inside == codec.object_shape):
+                    encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
+                    if encoded is not None:
+                        puts[key] = encoded
+                    elif not write.fresh:
+                        deletes.append(key)  # it may hold older data; a new array has nothing to delete
+                else:
+                    merge = _merger(codec, values[part.in_block], part.in_object, key)
+                    updates.append(Update(key, merge, write.likely_new(part.coords)))
+            except Exception as err:
+                err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
+                raise
+    _put_all(sink, write, puts)
     try:
-        sink.put_many(puts)
         for key in deletes:
             sink.delete(key)
     except Exception as err:
-        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
+        err.add_note(f"while deleting objects of array {write.path!r} from {sink.label}")
+        raise
+    object_bytes = math.prod(codec.object_shape) * codec.dtype.itemsize
+    try:
+        sink.update_many(updates, max(1, min(MAX_MERGES, MERGE_BYTES_IN_FLIGHT // max(1, object_bytes))))
+    except Exception as err:
+        err.add_note(f"while merging into objects of array {write.path!r} on {sink.label}")
         raise
     return touched
+
+
+def _put_all(sink: Sink, write: ArrayTarget, puts: Mapping[str, Encoded]) -> None:
+    try:
+        sink.put_many(puts)
+    except Exception as err:
+        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
+        raise
 
 
 def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice, ...],
@@ -299,25 +360,43 @@ def _merger(codec: ObjectCodec, part: np.ndarray, in_object: tuple[slice, ...], 
     return merge
 
 
-def _write_block_collecting(block: Any, write: ArrayTarget, sink: Sink, start: tuple[int, ...]) -> tuple[int, Any]:
-    """`write_block`, returning also what the caller must collect (an Icechunk fork holding the writes)."""
-    return write_block(block, write, sink, start), sink.task_result()
+def _write_blocks_collecting(blocks: Sequence[Any], write: ArrayTarget, sink: Sink,
+                             starts: Sequence[tuple[int, ...]]) -> tuple[int, Any]:
+    """`write_blocks`, returning also what the caller must collect (an Icechunk fork holding the writes)."""
+    return write_blocks(blocks, write, sink, starts), sink.task_result()
 
 
 def _block_tasks(write: ArrayWrite, data: Any, sink: Sink, collecting: bool, graph: dict[Any, Any]) -> list[Any]:
-    """Add one task per dask block of ``data`` to ``graph``, written by hand: ``dask.delayed`` per block
-    tokenized and walked every argument (0.23 ms a block, a sixth of a 320-object local write). The target and
-    sink ride in the function: dask would walk them looking for collections (the target's zarr metadata)."""
+    """Add write tasks for the dask blocks of ``data`` to ``graph``: one per group of adjacent blocks of at most
+    its share of `WRITE_BYTES_IN_FLIGHT` (one block where blocks are that large; a group of small blocks sends
+    its objects' PUTs at once, where a task per block waited on dask's few threads). Written by
+    hand: ``dask.delayed`` per block tokenized and walked every argument (0.23 ms a block, a sixth of a
+    320-object local write). The target and sink ride in the function: dask would walk them looking for
+    collections (the target's zarr metadata)."""
     offsets = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) if c else np.zeros(1, int) for c in data.chunks]
-    write_fn = _write_block_collecting if collecting else write_block
+    largest = math.prod(max(c) if c else 0 for c in data.chunks) * write.target.codec.dtype.itemsize
+    threads = _dask_threads()
+    most = per_group(math.prod(data.numblocks), largest, target_bytes=WRITE_BYTES_IN_FLIGHT // threads,
+                     min_groups=2 * threads)
+    write_fn = _write_blocks_collecting if collecting else write_blocks
     name = f"write_block-{uuid.uuid4().hex}"  # as dask.delayed named them: dashboards and tests know it
     keys = []
-    for index in np.ndindex(data.numblocks):
-        start = tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
-        key = (name, *index)
-        graph[key] = (functools.partial(write_fn, write=write.target, sink=sink, start=start), (data.name, *index))
+    for group, blocks in block_groups(data.numblocks, group_factors(data.numblocks, most)):
+        starts = [tuple(int(a + off[i]) for a, off, i in zip(write.start, offsets, index, strict=True))
+                  for index in blocks]
+        key = (name, *group)
+        graph[key] = (functools.partial(write_fn, write=write.target, sink=sink, starts=starts),
+                      [(data.name, *index) for index in blocks])
         keys.append(key)
     return keys
+
+
+def _dask_threads() -> int:
+    """The threads of dask's local schedulers (a cluster's workers may have more: groups stay small anyway)."""
+    import dask
+    from dask.system import CPU_COUNT
+
+    return int(dask.config.get("num_workers", None) or CPU_COUNT)
 
 
 def _tasks_done(done: Any, arrays: list[Any], graph: dict[Any, Any], keys: list[Any]) -> Any:

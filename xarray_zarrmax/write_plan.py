@@ -8,6 +8,7 @@ otherwise; its extent is clipped to the array's shape (an edge object covers les
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -96,3 +97,41 @@ def aligned_chunks(start: int, length: int, object_size: int) -> tuple[int, ...]
         out.append(step)
         position += step
     return tuple(out)
+
+
+def group_factors(counts: Sequence[int], per_group: int) -> tuple[int, ...]:
+    """How many consecutive units (objects, or dask blocks) of each dimension to put in one group of at most
+    ``per_group`` units, taken along the last dimensions first (where objects are contiguous)."""
+    factors = []
+    for n in reversed(counts):
+        factor = max(1, min(n, per_group))
+        factors.append(factor)
+        per_group //= factor
+    return tuple(reversed(factors))
+
+
+def per_group(units: int, unit_bytes: int, *, target_bytes: int, min_groups: int) -> int:
+    """Units per group: as many as fit in ``target_bytes`` while there are still ``min_groups`` groups; one
+    at least."""
+    return max(1, min(target_bytes // max(1, unit_bytes), -(-units // max(1, min_groups))))
+
+
+def grouped_chunks(start: Sequence[int], shape: Sequence[int], object_shape: Sequence[int], itemsize: int, *,
+                   target_bytes: int, min_blocks: int) -> tuple[tuple[int, ...], ...]:
+    """Dask chunks for data already in memory written from ``start``: blocks of whole objects (cut only where
+    the written range starts and ends), as many per block as `per_group` allows. One object per block made
+    the writes of small objects wait on dask's threads, one round trip after another."""
+    pieces = [aligned_chunks(a, n, s) for a, n, s in zip(start, shape, object_shape, strict=True)]
+    most = per_group(math.prod(len(p) for p in pieces), math.prod(object_shape) * itemsize,
+                     target_bytes=target_bytes, min_groups=min_blocks)
+    factors = group_factors([len(p) for p in pieces], most)
+    return tuple(tuple(sum(p[i:i + g]) for i in range(0, len(p), g)) for p, g in zip(pieces, factors, strict=True))
+
+
+def block_groups(numblocks: Sequence[int],
+                 factors: Sequence[int]) -> Iterator[tuple[tuple[int, ...], list[tuple[int, ...]]]]:
+    """The groups of dask block indices that `group_factors` makes: (the group's index, its blocks in C order)."""
+    ranges = [range(0, n, g) for n, g in zip(numblocks, factors, strict=True)]
+    for first in itertools.product(*ranges):
+        spans = [range(a, min(a + g, n)) for a, g, n in zip(first, factors, numblocks, strict=True)]
+        yield (tuple(a // g for a, g in zip(first, factors, strict=True)), list(itertools.product(*spans)))
