@@ -9,9 +9,10 @@ Three steps:
 2. Every changed metadata document (the group's and each array's ``zarr.json``, consolidated metadata) is
    sent in one concurrent batch.
 3. Data: one dask task per shard (a chunk when unsharded), or per dask chunk where a chunk spans several
-   shards, or per group of adjacent small ones (`WRITE_BYTES_IN_FLIGHT`). A task encodes its shards with zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends
-   each in one PUT. A shard only partly covered (a region's or an append's edge) is read, merged and written
-   back conditionally (`xarray_zarrmax.sinks`), so concurrent writers of one shard never lose data.
+   shards, or per group of adjacent small ones (`WRITE_BYTES_IN_FLIGHT`). A task encodes its shards with
+   zarr-python's codecs (`xarray_zarrmax.write_codec`) and sends each in one PUT. A shard only partly
+   covered (a region's or an append's edge) is read, merged and written back conditionally
+   (`xarray_zarrmax.sinks`), so concurrent writers of one shard never lose data.
 """
 
 from __future__ import annotations
