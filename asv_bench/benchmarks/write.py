@@ -10,6 +10,7 @@ and compared with the data.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,52 @@ class WritePeakMemory:
 
         args = types.SimpleNamespace(mib=MIB, workers=WORKERS)
         return int(write_throughput().peak_memory(stack, self.layout_index, args, self.target, self.reference))
+
+
+_LATENCY_SCRIPT = Path(__file__).resolve().parent.parent / "writes_under_latency.py"
+_COUNTER = itertools.count()
+
+
+def writes_under_latency() -> Any:
+    """``asv_bench/writes_under_latency.py`` as a module (its ``CASES`` and ``dataset``)."""
+    return helpers.load_script("zarrmax_asv_writes_under_latency", _LATENCY_SCRIPT)
+
+
+class WriteRequests:
+    """Data requests (GETs and PUTs of stored objects) of each write of ``asv_bench/writes_under_latency.py``
+    by ``xarray_zarrmax.to_zarr`` on MinIO (no proxy: the counts do not depend on latency). An append's new
+    edge objects are created without being read first; a regression shows as GETs."""
+
+    params = [[case.title for case in writes_under_latency().CASES]]
+    param_names = ["write"]
+    timeout = 120
+
+    def setup(self, title: str) -> None:
+        import xarray_zarrmax
+
+        wul = writes_under_latency()
+        self.case = next(case for case in wul.CASES if case.title == title)
+        server = helpers.minio_on(str(Path.cwd().resolve() / "write-requests" / "minio"))
+        server.make_bucket("requests")
+        self.options = {"storage_options": server.storage_options()}
+        self.url = f"s3://requests/w{next(_COUNTER)}-{id(self)}.zarr"
+        first = wul.dataset(self.case.shape, 0)
+        if self.case.appended:
+            xarray_zarrmax.to_zarr(first, self.url, encoding={"v": self.case.layout}, consolidated=False,
+                                   **self.options)
+            self.timed = wul.dataset((self.case.appended, *self.case.shape[1:]), self.case.shape[0])
+            self.kwargs: dict[str, Any] = {"append_dim": "d0"}
+        else:
+            self.timed, self.kwargs = first, {"encoding": {"v": self.case.layout}}
+        if self.case.dask:
+            chunks = self.case.layout.get("shards") or self.case.layout["chunks"]
+            self.timed = self.timed.chunk(dict(zip(self.timed["v"].dims, chunks, strict=True)))
+
+    def track_write_requests(self, title: str) -> int:
+        import xarray_zarrmax
+
+        with xarray_zarrmax.request_counts() as counts:
+            xarray_zarrmax.to_zarr(self.timed, self.url, consolidated=False, **self.kwargs, **self.options)
+        return sum(1 for _, kind, key in counts.keys if kind in ("get", "put") and "/c/" in key)
+
+    track_write_requests.unit = "requests"  # type: ignore[attr-defined]
