@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -51,3 +52,28 @@ def start_minio(bucket: str) -> tuple[Any, str] | None:
         return None
     server = MinioServer(binary).start()
     return server, server.make_bucket(bucket)
+
+
+@contextlib.contextmanager
+def proxied_minio(latency_ms: int) -> Iterator[tuple[Any, str] | None]:
+    """A MinIO server and the endpoint of a toxiproxy proxy in front of it adding ``latency_ms`` to each
+    response (none for 0); both stopped on exit. None (and a hint on stderr) when either is not installed."""
+    import sys
+
+    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
+
+    binary, toxi = minio_binary(), toxiproxy_binaries()
+    if binary is None or toxi is None:
+        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
+        yield None
+        return
+    minio = MinioServer(binary).start()
+    proxy = Toxiproxy(toxi[0]).start()
+    try:
+        endpoint = proxy.proxy("s3", minio.port)
+        if latency_ms:
+            proxy.add_toxic("s3", "latency", latency=latency_ms)
+        yield minio, endpoint
+    finally:
+        proxy.stop()
+        minio.close()

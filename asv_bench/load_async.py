@@ -17,9 +17,13 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchutil import proxied_minio  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -71,24 +75,17 @@ def raw_gets(store: Any, concurrency: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     import zarr
 
-    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variables", type=int, default=40)
     parser.add_argument("--latency-ms", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
-    binary, toxi = minio_binary(), toxiproxy_binaries()
-    if binary is None or toxi is None:
-        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
-        return 2
-    minio = MinioServer(binary).start()
-    proxy = Toxiproxy(toxi[0]).start()
-    try:
+    with proxied_minio(args.latency_ms) as services:
+        if services is None:
+            return 2
+        minio, endpoint = services
         minio.make_bucket("loadasync")
         nbytes = write(zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr")), args.variables)
-        endpoint = proxy.proxy("s3", minio.port)
-        proxy.add_toxic("s3", "latency", latency=args.latency_ms)
         zarr_store = zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr", endpoint), read_only=True)
         targets = {
             "zarr": (zarr_store, {"consolidated": False}, "zarr"),
@@ -108,9 +105,6 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(load(*targets[engine], use_async=use_async))
         med = {k: statistics.median(v) for k, v in times.items()}
         raw = statistics.median(ceiling)
-    finally:
-        proxy.stop()
-        minio.close()
     # Every shard object is one GET: with all of them in flight at once, a load takes one proxied round trip per
     # wave of `concurrency` requests, and nothing less.
     objects = 4 * args.variables

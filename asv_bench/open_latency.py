@@ -25,7 +25,7 @@ from typing import Any
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).parent))
-from benchutil import median_time  # noqa: E402
+from benchutil import median_time, proxied_minio  # noqa: E402
 
 
 def floor_unconsolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
@@ -72,13 +72,7 @@ def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidat
 def main(argv: list[str] | None = None) -> int:
     import zarr
 
-    from xarray_zarrmax.testing import (
-        MinioServer,
-        Toxiproxy,
-        minio_binary,
-        toxiproxy_binaries,
-        write_many_variable_group,
-    )
+    from xarray_zarrmax.testing import write_many_variable_group
 
     parser = argparse.ArgumentParser(description="open latency benchmark")
     parser.add_argument("--latency-ms", type=int, default=20)
@@ -86,20 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
-    binary, toxi = minio_binary(), toxiproxy_binaries()
-    if binary is None or toxi is None:
-        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
-        return 2
-    minio = MinioServer(binary).start()
-    proxy = Toxiproxy(toxi[0]).start()
-    try:
+    with proxied_minio(args.latency_ms) as services:
+        if services is None:
+            return 2
+        minio, endpoint = services
         bucket = minio.make_bucket("bench")
         for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
             write_many_variable_group(zarr.storage.ObjectStore(minio.obstore(bucket, prefix)), 273,
                                       consolidated=consolidated)
-        endpoint = proxy.proxy("s3", minio.port)
-        if args.latency_ms:
-            proxy.add_toxic("s3", "latency", latency=args.latency_ms)
         default_concurrency = zarr.config.get("async.concurrency")
         rows = []
         for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
@@ -118,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
                     lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, None), args.repeat),
             }
             rows.append(("consolidated" if consolidated else "unconsolidated", t))
-    finally:
-        proxy.stop()
-        minio.close()
 
     print(f"\n277-array group (273 variables + 4 coordinates), MinIO behind toxiproxy +{args.latency_ms} ms, "
           f"median of {args.repeat} opens (s), chunks={{}}\n")

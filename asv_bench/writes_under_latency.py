@@ -26,9 +26,13 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchutil import proxied_minio  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -178,26 +182,18 @@ def run_case(case: Case, target: Target, repeat: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
+    import dask
 
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--latency-ms", type=int, default=20)
     args = parser.parse_args(argv)
-    binary, toxi = minio_binary(), toxiproxy_binaries()
-    if binary is None or toxi is None:
-        print("MinIO/toxiproxy not found: run `bash ci/install_services.sh`", file=sys.stderr)
-        return 2
-    import dask
-
-    minio = MinioServer(binary).start()
-    proxy = Toxiproxy(toxi[0]).start()
-    try:
+    with proxied_minio(args.latency_ms) as services:
+        if services is None:
+            return 2
+        minio, endpoint = services
         minio.make_bucket("latency")
-        endpoint = proxy.proxy("s3", minio.port)
-        if args.latency_ms:
-            proxy.add_toxic("s3", "latency", latency=args.latency_ms)
         target = Target(minio, endpoint)
         threads = dask.config.get("num_workers", None) or dask.system.CPU_COUNT
         print(f"MinIO behind toxiproxy +{args.latency_ms} ms, dask's threaded scheduler with {threads} threads, "
@@ -208,18 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         for case in CASES:
             result = run_case(case, target, args.repeat)
             med, req = result["median"], result["requests"]
-
-            def fmt(kinds: dict[str, int]) -> str:
-                return " + ".join(f"{n} {k.upper()}" for k, n in sorted(kinds.items())) or "none"
-
             cells = [f"{med[s]:.3f}" + ("" if s == "zarrmax" else f" ({med[s] / med['zarrmax']:.2f}x)")
                      for s in STACKS]
             print(f"| {case.title} | {result['objects']} | " + " | ".join(cells)
-                  + f" | {fmt(req['zarrmax'])} | {fmt(req[STACKS[-1]])} |", flush=True)
-    finally:
-        proxy.stop()
-        minio.close()
+                  + f" | {_requests(req['zarrmax'])} | {_requests(req[STACKS[-1]])} |", flush=True)
     return 0
+
+
+def _requests(kinds: dict[str, int]) -> str:
+    return " + ".join(f"{n} {k.upper()}" for k, n in sorted(kinds.items())) or "none"
 
 
 if __name__ == "__main__":
