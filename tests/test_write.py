@@ -910,6 +910,33 @@ def test_a_likely_new_object_is_created_in_one_request_and_merged_where_it_exist
     assert bytes(run_sync(sink.source.get("filled"))) == b"theirs cleared"
 
 
+@pytest.mark.parametrize("likely_new", [True, False])
+def test_a_conditional_put_answered_409_is_read_and_merged_again(minio: MinioServer, bucket: str, likely_new: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS S3 answers a create-only PUT with 409 ConditionalRequestConflict while another conditional write of
+    the key is in flight (obstore retries it for If-Match only): the merge is read and made again, not given up.
+    Here the other writer's object lands with the 409."""
+    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.stores import RequestFailed, s3_store_from_url
+
+    sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/c409{next(_counter)}", minio.storage_options()))
+    original = sinks.ObstoreSink.put_async
+    conflicts = []
+
+    async def conflicting(self: Any, key: str, data: bytes, mode: Any = None) -> None:
+        if mode is not None and not conflicts:
+            conflicts.append(mode)
+            await original(self, key, b"theirs + ")  # the write in flight beside ours
+            raise RequestFailed(f"PUT {key!r} on {self.label} failed: Generic S3 error: "
+                                "ConditionalRequestConflict", 409)
+        await original(self, key, data, mode)
+
+    monkeypatch.setattr(sinks.ObstoreSink, "put_async", conflicting)
+    sink.update("k", lambda stored: (b"" if stored is None else bytes(stored)) + b"mine", likely_new=likely_new)
+    assert conflicts == ["create"]
+    assert bytes(run_sync(sink.source.get("k"))) == b"theirs + mine"
+
+
 def test_an_append_creates_its_new_edge_objects_without_reading_them(where: dict[str, Any]) -> None:
     """Objects wholly past the stored extent (an append's, and those cut by the edge of a dimension that does
     not grow) are created with one conditional PUT each on S3, not read first; an object the append shares

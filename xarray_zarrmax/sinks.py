@@ -311,6 +311,12 @@ class LocalSink(Sink):
         accounting.record(self.label, "delete", prefix)
 
 
+def _conflicted(err: RequestFailed) -> bool:
+    """A conditional PUT answered 409: AWS S3's ConditionalRequestConflict, another conditional write of the key
+    in flight. obstore retries it for If-Match, not for If-None-Match; the outcome is read and merged again."""
+    return err.status == 409
+
+
 def _noted(err: BaseException, key: str) -> BaseException:
     err.add_note(f"while merging into {key!r}")
     return err
@@ -438,7 +444,7 @@ class ObstoreSink(Sink):
             except ObjectChanged:
                 pass  # another writer won (or our own earlier attempt did): read that object and merge again
             except RequestFailed as err:
-                if not _is_transient(err):
+                if not (_is_transient(err) or _conflicted(err)):
                     raise
                 # the PUT may or may not have been applied: reading tells, and merging again is harmless
             time.sleep(_backoff(attempt))
@@ -471,7 +477,7 @@ class ObstoreSink(Sink):
         except ObjectChanged:
             return False
         except RequestFailed as err:
-            if not _is_transient(err):
+            if not (_is_transient(err) or _conflicted(err)):
                 raise
             return False
         return True
