@@ -319,7 +319,11 @@ def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: 
             except Exception as err:
                 err.add_note(f"while writing {key!r} (array {write.path!r}) to {sink.label}")
                 raise
-    _put_all(sink, write, puts)
+    try:
+        sink.put_many(puts)
+    except Exception as err:
+        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
+        raise
     try:
         for key in deletes:
             sink.delete(key)
@@ -333,14 +337,6 @@ def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: 
         err.add_note(f"while merging into objects of array {write.path!r} on {sink.label}")
         raise
     return touched
-
-
-def _put_all(sink: Sink, write: ArrayTarget, puts: Mapping[str, Encoded]) -> None:
-    try:
-        sink.put_many(puts)
-    except Exception as err:
-        err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
-        raise
 
 
 def _full_object(codec: ObjectCodec, values: np.ndarray, in_object: tuple[slice, ...],
