@@ -69,6 +69,18 @@ class StagingStore(Store):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         if key in self.memory._store_dict:
             return await self.memory.get(key, prototype, byte_range)
+        return await self._base_get(key, prototype, byte_range)
+
+    async def base_bytes(self, key: str) -> bytes | None:
+        """What the target held at ``key`` (read once; None: nothing, or deleted by this call), never what this
+        call has set there since."""
+        from zarr.core.buffer import default_buffer_prototype
+
+        got = await self._base_get(key, default_buffer_prototype())
+        return None if got is None else got.to_bytes()
+
+    async def _base_get(self, key: str, prototype: BufferPrototype,
+                        byte_range: ByteRequest | None = None) -> Buffer | None:
         if self.base is None or self._hidden(key):
             return None
         if byte_range is None and key in self._read:
@@ -82,15 +94,6 @@ class StagingStore(Store):
                 self._read[key] = got
             return got
         raise failure  # outside the except clause: not even __context__ keeps the store's own text
-
-    async def base_bytes(self, key: str) -> bytes | None:
-        """What the target held at ``key`` (read once; None: nothing, or deleted by this call)."""
-        from zarr.core.buffer import default_buffer_prototype
-
-        if self.base is None or self._hidden(key):
-            return None
-        got = self._read[key] if key in self._read else await self.get(key, default_buffer_prototype())
-        return None if got is None else got.to_bytes()
 
     def _failure(self, err: BaseException, what: str, key: str) -> BaseException:
         failure = self.scrub(err)
