@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import xarray_zarrmax
-from xarray_zarrmax import stores
+from xarray_zarrmax import fetch, shard, stores
 from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
 from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read, predict
 from xarray_zarrmax.advise_probe import probe_decoder, probe_reader, probe_store
@@ -86,6 +86,33 @@ def test_counts_equal_counted_reads(written: dict[int, str], layout: int, patter
     with xarray_zarrmax.set_config(coalesce_gap=gap):
         predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
         assert (predicted.requests, predicted.bytes) == read_counted(written[layout], sels, None)
+
+
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=[str(Layout(c, s)) for c, s in LAYOUTS])
+@pytest.mark.parametrize("pattern", [*KNOWN_PATTERNS, "box"])
+def test_indexes_parsed_equal_the_readers(written: dict[int, str], layout: int, pattern: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model charges the reader's work on a shard index once per index the reader parses: for shards read
+    through their index and for shards read whole alike (each whole shard's index is parsed out of its
+    bytes), none for unsharded objects or indexes cached by the open."""
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    parsed = 0
+    real = shard.parse_index
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shard, "parse_index", counting)  # split_index's (a whole shard's bytes)
+    monkeypatch.setattr(fetch, "parse_index", counting)  # an index read on its own
+    chunks, shards = LAYOUTS[layout]
+    sels = selections(pattern)
+    predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
+    read_counted(written[layout], sels, None)
+    assert predicted.indexes == parsed
+    if shards is not None and predicted.objects:
+        assert parsed > 0
 
 
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=[str(Layout(c, s)) for c, s in LAYOUTS])
@@ -326,14 +353,16 @@ def test_predict_adds_work_per_request_and_per_chunk() -> None:
     base = Costs(ratio=1.0)
     extra = predict(counts, Costs(ratio=1.0, request_s=1e-3, chunk_s=1e-4, index_s=1e-2), local_reader()) - predict(
         counts, base, local_reader())
-    assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4 + counts.index_requests * 1e-2)
+    # every shard's index parsed: the 16 read whole as much as the 2 edge shards read through their index
+    assert counts.objects == counts.indexes == 3 * 2 * 3 and counts.index_requests == 2
+    assert extra == pytest.approx(counts.requests * 1e-3 + counts.chunks * 1e-4 + counts.indexes * 1e-2)
     remote = Reader(concurrency=16)
     extra = predict(counts, Costs(ratio=1.0, connect_s=1e-3), remote) - predict(counts, base, remote)
     assert counts.requests > 16 and extra == pytest.approx(16 * 1e-3)  # a connection per request in flight
     sparse = count_read(selections("map"), SHAPE, 4, layout, 4 * 120, local_reader())
     assert sparse.index_requests > 0
     extra = predict(sparse, Costs(ratio=1.0, index_s=1e-2), local_reader()) - predict(sparse, base, local_reader())
-    assert extra == pytest.approx(sparse.index_requests * 1e-2)
+    assert extra == pytest.approx(sparse.indexes * 1e-2)
 
 
 def test_probe_reader_measures_work_per_chunk_request_and_shard_index() -> None:

@@ -9,7 +9,7 @@ coalesced within ``coalesce_gap``. Counts come from `layout.plan_reads` run on e
 whose per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs
 as many simulated objects as there are distinct footprints (a handful), not millions.
 
-Time is then ``round_trips * latency + requests * request_s + index_requests * index_s + chunks * chunk_s +
+Time is then ``round_trips * latency + requests * request_s + indexes * index_s + chunks * chunk_s +
 bytes / bandwidth + decoded_bytes / decode_rate``: see `predict`.
 """
 
@@ -84,7 +84,8 @@ class Costs:
     request_s: float = 0.0  # work per request that does not overlap (client, and server and proxy where they
     #                         share the cores): the wall time of many tiny requests at once, per request
     chunk_s: float = 0.0  # our reader's fixed work per inner chunk (hand-off, decode call, placement), wall
-    index_s: float = 0.0  # our reader's work per shard read through its index (parse, check, coalesce), wall
+    index_s: float = 0.0  # our reader's work per shard index it parses (parse, check, coalesce), wall: a shard
+    #                       read whole has its index parsed as much as one read through its index
     connect_s: float = 0.0  # opening a connection to a remote store, per request in flight at once: a first
     #                         read after an open opens one for each (the client's pool starts empty)
 
@@ -101,13 +102,14 @@ class ReadCounts:
     round_trips: int = 0  # sequential latencies on the critical path
     peak_bytes: int = 0  # result + fetched-not-decoded bytes + one decoded chunk per thread
     chunks: int = 0  # inner chunks decoded
+    indexes: int = 0  # shard indexes parsed: one per shard whose index is not cached, read whole or by ranges
 
     def __add__(self, other: ReadCounts) -> ReadCounts:
         return ReadCounts(
             self.objects + other.objects, self.requests + other.requests,
             self.index_requests + other.index_requests, self.bytes + other.bytes,
             self.decoded_bytes + other.decoded_bytes, self.round_trips + other.round_trips,
-            max(self.peak_bytes, other.peak_bytes), self.chunks + other.chunks,
+            max(self.peak_bytes, other.peak_bytes), self.chunks + other.chunks, self.indexes + other.indexes,
         )
 
 
@@ -258,7 +260,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             keys = [k for k, _ in combo]
             obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
             groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
-        objects = requests = index_requests = nbytes = decoded = chunks = 0
+        objects = requests = index_requests = nbytes = decoded = chunks = indexes = 0
         rounds_per_object = 1
         largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
         for count, obj, touched, seen in groups:
@@ -269,6 +271,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             nbytes += b * count
             decoded += math.prod(len(t) for t in touched) * chunk_dec * count
             chunks += math.prod(len(t) for t in touched) * count
+            indexes += (layout.shards is not None and not seen) * count
             rounds_per_object = max(rounds_per_object, rt)
             # what one fetch holds of the reader's in-flight budget (fetch._fetch_object_once): a whole object
             # at its decoded size; a shard index at its size; a shard's ranges at their size, once indexed
@@ -286,7 +289,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         result = itemsize * math.prod(a.size for a in axes)
         in_flight = min(objects, slots) * (nbytes // max(objects, 1))
         peak = result + in_flight + reader.threads * chunk_dec
-        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks)
+        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks, indexes)
     return total
 
 
@@ -304,17 +307,18 @@ def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Seq
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``),
     every request in flight at once a connection (``connect_s``: the read is the first after an open), every
-    shard index read the reader's parse (``index_s``) and every inner chunk the reader's work (``chunk_s``),
-    all probed as wall time with many at once; the bytes stream at the smaller of what the requests in flight
-    and the store as a whole deliver; decoding runs on ``threads`` threads alongside (one for a local read
-    decoding less than `fetch.JOB_BYTES`, which our reader keeps in the calling thread)."""
+    shard index parsed the reader's work on it (``index_s``: shards read whole included) and every inner
+    chunk the reader's work (``chunk_s``), all probed as wall time with many at once; the bytes stream at the
+    smaller of what the requests in flight and the store as a whole deliver; decoding runs on ``threads``
+    threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in
+    the calling thread)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
     threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
     return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s + in_flight * costs.connect_s
-            + counts.index_requests * costs.index_s + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
+            + counts.indexes * costs.index_s + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
             + counts.decoded_bytes / (costs.decode_bps * threads))
 
 
