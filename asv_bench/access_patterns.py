@@ -386,14 +386,18 @@ def needs(spec: Spec, op: Op, shape: Sequence[int], path: Path) -> dict[str, int
     ``touched``: stored bytes of the inner chunks it touches (whole chunk objects when unsharded); ``index``:
     each touched shard's index once; ``reader``: what `fetch._fetch_object_once` decides with a cold cache
     (the whole shard when at least ``full_shard_fraction`` of its chunks are needed, else the index and the
-    touched chunks' byte ranges merged within ``coalesce_gap``)."""
+    touched chunks' byte ranges merged within ``coalesce_gap``); ``reader_local``: what it fetches from a local
+    file, where a shard whose touched chunks decode to `fetch.STREAM_BYTES` or more is read in pieces
+    (`fetch._read_local_shard`: the index, or the whole file when it is one piece, then the chunks' ranges in
+    reads of at most `fetch.PIECE_BYTES`); the ``_gap0`` twins with ``coalesce_gap=0``."""
     from xarray_zarrmax import get_config
+    from xarray_zarrmax.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
     from xarray_zarrmax.layout import coalesce, plan_reads
 
     config = get_config()
     outer = spec.shards or spec.chunks
     reads = plan_reads(op.axes(shape), shape, outer, spec.chunks)
-    touched = index = reader = reader_gap0 = whole = 0
+    touched = index = reader = reader_gap0 = whole = local = local_gap0 = local_whole = 0
     for coords_, pieces in reads:
         f = path / "v" / "c" / "/".join(map(str, coords_))
         size = f.stat().st_size
@@ -401,6 +405,8 @@ def needs(spec: Spec, op: Op, shape: Sequence[int], path: Path) -> dict[str, int
             touched += size
             reader += size
             reader_gap0 += size
+            local += size
+            local_gap0 += size
             continue
         per = tuple(s // c for s, c in zip(spec.shards, spec.chunks, strict=True))
         n = math.prod(per)
@@ -411,6 +417,7 @@ def needs(spec: Spec, op: Op, shape: Sequence[int], path: Path) -> dict[str, int
         ranges = [(int(entries[p.coords][0]), int(entries[p.coords][0] + entries[p.coords][1])) for p in pieces]
         touched += sum(b - a for a, b in ranges)
         index += index_nbytes
+        before = (reader, reader_gap0, whole)
         if len(pieces) >= config.full_shard_fraction * n:
             reader += size
             reader_gap0 += size
@@ -418,8 +425,18 @@ def needs(spec: Spec, op: Op, shape: Sequence[int], path: Path) -> dict[str, int
         else:
             reader += index_nbytes + sum(b - a for a, b, _ in coalesce(ranges, config.coalesce_gap))
             reader_gap0 += index_nbytes + sum(b - a for a, b, _ in coalesce(ranges, 0))
+        if len(pieces) * 4 * math.prod(spec.chunks) < STREAM_BYTES:  # float32: the general path, as remotely
+            local, local_gap0 = local + reader - before[0], local_gap0 + reader_gap0 - before[1]
+            local_whole += whole - before[2]
+        elif size <= PIECE_BYTES:  # one read of the file
+            local, local_gap0, local_whole = local + size, local_gap0 + size, local_whole + 1
+        else:
+            spans = [(None, a, b) for a, b in ranges]
+            local += index_nbytes + sum(b - a for a, b, _ in _pieces(spans, config.coalesce_gap))
+            local_gap0 += index_nbytes + sum(b - a for a, b, _ in _pieces(spans, 0))
     return {"objects": len(reads), "touched": touched, "index": index, "reader": reader, "reader_gap0": reader_gap0,
-            "whole_shards": whole}
+            "reader_local": local, "reader_local_gap0": local_gap0, "whole_shards": whole,
+            "whole_shards_local": local_whole}
 
 
 def floor_round_trips(spec: Spec, op: Op, shape: Sequence[int], chunk_enc: int, local: bool) -> int:
@@ -469,15 +486,16 @@ def counted_pass(store: Store, spec: Spec, engine: str, op: Op, data: np.ndarray
     check(where, got, op.expected(data), exact=not op.mean_over)
     out = {"requests": requests, "bytes": nbytes, "peak_bytes": peak}
     if engine == "zarrmax":
-        if nbytes != need["reader"]:
-            raise AssertionError(f"{where}: fetched {nbytes} bytes, its reader's rules fetch {need['reader']}")
+        rule, rule_gap0 = ("reader_local", "reader_local_gap0") if store.kind == "local" else ("reader", "reader_gap0")
+        if nbytes != need[rule]:
+            raise AssertionError(f"{where}: fetched {nbytes} bytes, its reader's rules fetch {need[rule]}")
         if spec.shards is not None:
             ds = store.open(spec, engine)
             with xarray_zarrmax.set_config(coalesce_gap=0), xarray_zarrmax.request_counts() as c:
                 check(where, op.run(ds), op.expected(data), exact=not op.mean_over)
-            if c.total("bytes") != need["reader_gap0"]:
+            if c.total("bytes") != need[rule_gap0]:
                 raise AssertionError(f"{where}, coalesce_gap=0: fetched {c.total('bytes')} bytes, its reader's "
-                                     f"rules fetch {need['reader_gap0']}")
+                                     f"rules fetch {need[rule_gap0]}")
             out |= {"gap0_requests": c.total("get"), "gap0_bytes": c.total("bytes")}
     return out
 
@@ -696,14 +714,15 @@ def assemble(shape: tuple[int, ...], repeat: int, latency_ms: int, specs: list[S
             chunk_enc = max(1, stored[spec.key] // n_chunks[spec.key])
             for op in ops:
                 nd = need[(spec.key, op.name)]
+                suffix = "_local" if kind == "local" else ""
                 rt = floor_round_trips(spec, op, shape, chunk_enc, kind == "local")
                 floor = rt * fl["latency_s"] + (nd["touched"] + nd["index"]) / fl["ceiling_bps"]
                 p = predicted[(str(spec.model()), op.name)]
                 row = {"store": kind, "layout": spec.key, "label": spec.label, "kind": spec.kind, "op": op.name,
                        "sharded": spec.shards is not None,
                        "needed_bytes": nd["touched"] + nd["index"], "touched_bytes": nd["touched"],
-                       "index_bytes": nd["index"], "reader_bytes": nd["reader"], "objects": nd["objects"],
-                       "whole_shards": nd["whole_shards"], "floor_round_trips": rt, "floor_s": floor,
+                       "index_bytes": nd["index"], "reader_bytes": nd["reader" + suffix], "objects": nd["objects"],
+                       "whole_shards": nd["whole_shards" + suffix], "floor_round_trips": rt, "floor_s": floor,
                        "predicted_s": p.seconds, "predicted_requests": p.counts.requests,
                        "predicted_bytes": p.counts.bytes, "predicted_round_trips": p.counts.round_trips}
                 for engine in ENGINES:
@@ -845,7 +864,8 @@ def report(result: Mapping[str, Any]) -> str:
         out.append("")
         out.append("Sharded layouts, zarrmax: bytes fetched beyond the touched chunks and one index per touched "
                    "shard (whole-shard GETs: the reader's choice when it needs >= full_shard_fraction of a "
-                   "shard's chunks; gaps: ranges merged within coalesce_gap):")
+                   "shard's chunks, and locally a file of at most one piece (fetch.PIECE_BYTES) whose chunks read "
+                   "decode to fetch.STREAM_BYTES or more; gaps: ranges merged within coalesce_gap):")
         out.append("")
         out.append("| layout | op | shards | whole-shard GETs | touched MB | index MB | fetched MB | beyond MB | "
                    "requests | with coalesce_gap=0: beyond MB | requests |")

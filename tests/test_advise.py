@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
+from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
 from xarray_zarrmax import fetch, shard, stores
 from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
-from xarray_zarrmax.advise_model import Costs, Layout, Reader, coalesced_runs, count_read, predict
+from xarray_zarrmax.advise_model import Costs, Layout, Reader, capped_runs, coalesced_runs, count_read, predict
 from xarray_zarrmax.advise_probe import probe_decoder, probe_reader, probe_store
 from xarray_zarrmax.cli import main
 from xarray_zarrmax.config import get_config
@@ -86,6 +87,54 @@ def test_counts_equal_counted_reads(written: dict[int, str], layout: int, patter
     with xarray_zarrmax.set_config(coalesce_gap=gap):
         predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
         assert (predicted.requests, predicted.bytes) == read_counted(written[layout], sels, None)
+
+
+@pytest.mark.parametrize("constant", [False, True], ids=["file above a piece", "file of one piece"])
+def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Path, constant: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local read of a shard's chunks that decode to `fetch.STREAM_BYTES` or more goes in pieces
+    (`fetch._read_local_shard`): the index, then pieces of at most `fetch.PIECE_BYTES`, whatever fraction of
+    the shard is read; a file of at most one piece is read whole. The model counts those reads too."""
+    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    shape, chunks, shards = (48, 128, 256), (8, 32, 32), (48, 128, 256)  # one 6 MiB shard of 32 KiB chunks
+    values = (np.full(shape, 1.5) if constant else np.random.default_rng(2).random(shape) + 1).astype("f4")
+    path = str(tmp_path / "pieces.zarr")
+    compressors = [ZstdCodec(level=1)] if constant else None  # constant: a file of a few kB
+    xr.Dataset({"v": (DIMS, values)}).to_zarr(
+        path, encoding={"v": {"chunks": chunks, "shards": shards, "compressors": compressors}}, zarr_format=3,
+        mode="w", consolidated=True)
+    n_chunks = math.prod(s // c for s, c in zip(shards, chunks, strict=True))
+    stored = sum(p.stat().st_size for p in Path(path, "v", "c").rglob("*") if p.is_file())
+    chunk_enc = (stored - 16 * n_chunks - 4) // n_chunks
+    assert (stored <= fetch.PIECE_BYTES) == constant
+    boxes = {"all": (Axis(0, 48), Axis(0, 128), Axis(0, 256)), "most times": (Axis(0, 40), Axis(0, 128), Axis(0, 256)),
+             "most rows": (Axis(0, 48), Axis(0, 96), Axis(3, 250)), "map": (Axis(5, 6), Axis(0, 128), Axis(0, 256))}
+    for gap in (2**20, 0):
+        for name, axes in boxes.items():
+            with xarray_zarrmax.set_config(coalesce_gap=gap):
+                reader = local_reader()
+                predicted = count_read([axes], shape, 4, Layout(chunks, shards), chunk_enc, reader, compressed=constant)
+                ds = xr.open_dataset(path, engine="zarrmax", chunks=None, consolidated=True)
+                with xarray_zarrmax.request_counts() as counts:
+                    got = ds["v"][tuple(slice(a.start, a.stop) for a in axes)].values
+            assert np.array_equal(got, values[tuple(slice(a.start, a.stop) for a in axes)])
+            assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), (name, gap)
+            streamed = math.prod(a.size for a in axes) * 4 >= fetch.STREAM_BYTES
+            if streamed and not constant:  # the index, then pieces of at most PIECE_BYTES (not the whole shard)
+                assert predicted.index_requests == 1 and predicted.requests - 1 >= predicted.bytes // fetch.PIECE_BYTES
+
+
+def test_capped_runs_equal_the_readers_pieces() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        sizes = rng.integers(1, 50, size=200)
+        ranks = rng.choice(200, size=int(rng.integers(1, 120)), replace=False)
+        gap, cap = int(rng.integers(0, 200)), int(rng.integers(1, 600))
+        ends = np.cumsum(sizes)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fetch, "PIECE_BYTES", cap)
+            reads = fetch._pieces([(None, int(ends[r] - sizes[r]), int(ends[r])) for r in ranks], gap)
+        assert capped_runs(ranks, sizes, gap, cap) == (len(reads), sum(b - a for a, b, _ in reads))
 
 
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)), ids=[str(Layout(c, s)) for c, s in LAYOUTS])

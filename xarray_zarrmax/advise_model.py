@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .fetch import JOB_BYTES
+from .fetch import JOB_BYTES, PIECE_BYTES, STREAM_BYTES
 from .layout import Axis, Selection, plan_reads, task_chunks
 
 
@@ -183,6 +183,28 @@ def coalesced_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int) -> tuple[int,
     return int(starts.size), int((ends[stops] - starts_at[starts]).sum())
 
 
+def capped_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int, cap: int) -> tuple[int, int]:
+    """(requests, bytes) of a local shard read in pieces (`fetch._pieces`): as `coalesced_runs`, but a read
+    grows by the next chunk only while it spans at most ``cap`` bytes (and always holds one chunk)."""
+    r = np.sort(ranks)
+    if r.size == 0:
+        return 0, 0
+    ends = np.cumsum(sizes)
+    s, e = (ends - sizes)[r], ends[r]
+    bounds = np.concatenate(([0], np.flatnonzero(s[1:] - e[:-1] > gap) + 1, [r.size]))
+    requests = nbytes = 0
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if e[b - 1] - s[a] <= cap:  # the common case: a run short enough to be one read
+            requests, nbytes = requests + 1, nbytes + int(e[b - 1] - s[a])
+            continue
+        i = int(a)
+        while i < b:
+            j = max(i + 1, i + int(np.searchsorted(e[i:b], s[i] + cap, side="right")))
+            requests, nbytes = requests + 1, nbytes + int(e[j - 1] - s[i])
+            i = j
+    return requests, nbytes
+
+
 @lru_cache(maxsize=65536)
 def _footprints(start: int, stop: int, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
     return tuple((coords[0], tuple(p.coords[0] for p in pieces))
@@ -202,9 +224,13 @@ def _extent(n: int, outer: int, obj: int) -> int:
 
 
 def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], touched: Sequence[tuple[int, ...]],
-                  chunk_enc: int, reader: Reader, cached: bool, compressed: bool) -> tuple[int, int, int, int]:
+                  chunk_enc: int, chunk_dec: int, reader: Reader, cached: bool,
+                  compressed: bool) -> tuple[int, int, int, int]:
     """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
-    (per dimension, their indices inside it), as `fetch._fetch_object_once` does it."""
+    (per dimension, their indices inside it), as `fetch._fetch_object_once` does it, or for a local shard
+    whose touched chunks decode to `fetch.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
+    (or, for a file of at most `fetch.PIECE_BYTES`, the whole file), then the chunks in pieces of at most
+    PIECE_BYTES, whatever fraction of the shard they are."""
     extents = tuple(_extent(int(n), o, i) for n, o, i in zip(shape, layout.outer, obj, strict=True))
     if layout.shards is None:
         inside = math.prod(e / c for e, c in zip(extents, layout.chunks, strict=True))
@@ -215,6 +241,15 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
     rank, sizes = _stored_layout(grid, extents, layout.chunks, chunk_enc, compressed)
     index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
     pieces = math.prod(len(t) for t in touched)
+    if reader.local and pieces * chunk_dec >= STREAM_BYTES:
+        if cached:
+            runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
+            return runs, 0, nbytes, 1
+        stored = int(sizes.sum()) + index_nbytes
+        if stored <= PIECE_BYTES:  # one read of the file; the pieces are slices of it
+            return 1, 0, stored, 1
+        runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
+        return runs + 1, 1, nbytes + index_nbytes, 2
     if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
         stored = int(sizes.sum()) + index_nbytes
         parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
@@ -264,7 +299,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         rounds_per_object = 1
         largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
         for count, obj, touched, seen in groups:
-            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, reader, seen, compressed)
+            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, chunk_dec, reader, seen, compressed)
             objects += count
             requests += r * count
             index_requests += ir * count
