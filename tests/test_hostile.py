@@ -399,6 +399,38 @@ def test_fuzz_shard_index_parser(raw, size):
         assert (ends <= size - FMT.index_nbytes).all()
 
 
+def _overlaps_by_lexsort(offsets: np.ndarray, lengths: np.ndarray, chunks: np.ndarray) -> str | None:
+    """The overlap check as it was (one lexsort by offset then length): the message of the first bad pair."""
+    order = np.lexsort((lengths, offsets))
+    starts, ends = offsets[order], offsets[order] + lengths[order]
+    bad = (starts[1:] < ends[:-1]) & ~((starts[1:] == starts[:-1]) & (ends[1:] == ends[:-1]))
+    if not bad.any():
+        return None
+    k = int(np.argmax(bad))
+    a, b = (tuple(int(i) for i in chunks[order[k + j]]) for j in (0, 1))
+    first, second = f"[{int(starts[k])}, {int(ends[k])})", f"[{int(starts[k + 1])}, {int(ends[k + 1])})"
+    return f"chunks {a} and {b} overlap ({first} and {second})"
+
+
+@settings(max_examples=500, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), min_size=1, max_size=24))
+def test_overlap_check_agrees_with_the_lexsort_order(entries):
+    """The overlap check sorts by offset alone when no two offsets are equal: same verdict and same pair named
+    as sorting by offset then length, ties (deduplicated or clashing entries) included."""
+    from xarray_zarrmax.shard import _check_overlaps
+
+    offsets = np.array([o for o, _ in entries], dtype=np.uint64)
+    lengths = np.array([n for _, n in entries], dtype=np.uint64)
+    chunks = np.array([(i,) for i in range(len(entries))])
+    expected = _overlaps_by_lexsort(offsets, lengths, chunks)
+    if expected is None:
+        _check_overlaps(offsets, lengths, chunks, "w")
+    else:
+        with pytest.raises(CorruptDataError) as err:
+            _check_overlaps(offsets, lengths, chunks, "w")
+        assert str(err.value) == f"w: shard index entries for {expected}"
+
+
 def _json_values():
     return st.recursive(
         st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8),
