@@ -921,7 +921,8 @@ def report(result: Mapping[str, Any]) -> str:
                    f"request, {c['aggregate_bps'] / 1e6:.0f} MB/s in all; zstd {c['decode_bps'] / 1e6:.0f} MB/s "
                    f"per thread, ratio {c['ratio']:.2f}; work {c['request_s'] * 1e6:.0f} us per request, "
                    f"{c.get('connect_s', 0.0) * 1e6:.0f} us per connection opened, "
-                   f"{c.get('index_s', 0.0) * 1e6:.0f} us per shard index, {c['chunk_s'] * 1e6:.0f} us per chunk")
+                   f"{c.get('index_s', 0.0) * 1e6:.0f} us per shard index and "
+                   f"{c.get('index_entry_s', 0.0) * 1e9:.0f} ns per index entry, {c['chunk_s'] * 1e6:.0f} us per chunk")
     out.append("")
     out.append("Spearman rank correlation of predicted and measured seconds across layouts (target >= 0.9):")
     out.append("")

@@ -134,7 +134,8 @@ class AdviceReport:
             f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
             f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread, "
             f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
-            f"work per request, {c.index_s * 1e6:.0f} us per shard index, {c.chunk_s * 1e6:.0f} us per chunk",
+            f"work per request, {c.index_s * 1e6:.0f} us per shard index (+{c.index_entry_s * 1e9:.0f} ns per "
+            f"entry), {c.chunk_s * 1e6:.0f} us per chunk",
             f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
         ]
         names = list(self.patterns)
@@ -529,7 +530,8 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         # reader's (on a local store, where nothing overlaps, nearly all of it).
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
                       request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
-                      connect_s=base.connect_s)
+                      index_entry_s=work.index_entry_s, connect_s=base.connect_s,
+                      local_speedup=work.speedup if local else 0.0)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

@@ -86,6 +86,10 @@ class Costs:
     chunk_s: float = 0.0  # our reader's fixed work per inner chunk (hand-off, decode call, placement), wall
     index_s: float = 0.0  # our reader's work per shard index it parses (parse, check, coalesce), wall: a shard
     #                       read whole has its index parsed as much as one read through its index
+    index_entry_s: float = 0.0  # and per entry of that index (its checks sort every entry): a map's shard of
+    #                             7,200 chunks costs 20 times an 8-chunk shard's
+    local_speedup: float = 0.0  # a local read's decode on the reader's threads against one (probed; 0: as many
+    #                             times faster as there are threads)
     connect_s: float = 0.0  # opening a connection to a remote store, per request in flight at once: a first
     #                         read after an open opens one for each (the client's pool starts empty)
 
@@ -103,6 +107,7 @@ class ReadCounts:
     peak_bytes: int = 0  # result + fetched-not-decoded bytes + one decoded chunk per thread
     chunks: int = 0  # inner chunks decoded
     indexes: int = 0  # shard indexes parsed: one per shard whose index is not cached, read whole or by ranges
+    index_entries: int = 0  # the entries of those indexes (chunks per shard, each)
 
     def __add__(self, other: ReadCounts) -> ReadCounts:
         return ReadCounts(
@@ -110,6 +115,7 @@ class ReadCounts:
             self.index_requests + other.index_requests, self.bytes + other.bytes,
             self.decoded_bytes + other.decoded_bytes, self.round_trips + other.round_trips,
             max(self.peak_bytes, other.peak_bytes), self.chunks + other.chunks, self.indexes + other.indexes,
+            self.index_entries + other.index_entries,
         )
 
 
@@ -296,6 +302,7 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
             obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
             groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
         objects = requests = index_requests = nbytes = decoded = chunks = indexes = 0
+        per_index = layout.chunks_per_object() if layout.shards is not None else 0
         rounds_per_object = 1
         largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
         for count, obj, touched, seen in groups:
@@ -324,7 +331,8 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
         result = itemsize * math.prod(a.size for a in axes)
         in_flight = min(objects, slots) * (nbytes // max(objects, 1))
         peak = result + in_flight + reader.threads * chunk_dec
-        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks, indexes)
+        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks, indexes,
+                                   indexes * per_index)
     return total
 
 
@@ -342,18 +350,22 @@ def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Seq
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``),
     every request in flight at once a connection (``connect_s``: the read is the first after an open), every
-    shard index parsed the reader's work on it (``index_s``: shards read whole included) and every inner
+    shard index parsed the reader's work on it (``index_s``, shards read whole included; ``index_entry_s`` per
+    entry) and every inner
     chunk the reader's work (``chunk_s``), all probed as wall time with many at once; the bytes stream at the
     smaller of what the requests in flight and the store as a whole deliver; decoding runs on ``threads``
     threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in
-    the calling thread)."""
+    the calling thread; for a larger local read, ``costs.local_speedup`` of them when probed)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
-    threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
+    threads: float = max(reader.threads, 1)
+    if reader.local:
+        threads = 1 if counts.decoded_bytes < JOB_BYTES else min(costs.local_speedup or threads, threads)
     return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s + in_flight * costs.connect_s
-            + counts.indexes * costs.index_s + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
+            + counts.indexes * costs.index_s + counts.index_entries * costs.index_entry_s
+            + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
             + counts.decoded_bytes / (costs.decode_bps * threads))
 
 
