@@ -419,25 +419,6 @@ def test_probe_reader_measures_work_per_chunk_request_and_shard_index() -> None:
     # Each is real work on this machine (microseconds, never nothing) and far below a millisecond.
     assert 0 < work.chunk_s < 1e-3 and 0 < work.request_s < 1e-3 and 0 < work.index_s < 1e-3
     assert 0 < work.index_entry_s < 1e-6  # nanoseconds an entry
-    assert 1.0 <= work.speedup <= max(1, get_config().threads)
-
-
-def test_local_decode_runs_at_the_probed_speedup() -> None:
-    """A local read decoding at least JOB_BYTES is decoded on the reader's threads at the probed speedup (they
-    share the GIL between objects), not as many times faster as there are threads; a smaller one on one thread."""
-    reader = Reader(threads=4, local=True)
-    big = count_read([(Axis(0, 1024), Axis(0, 1024), Axis(0, 4))], (1024, 1024, 4), 4, Layout((64, 64, 4)),
-                     64 * 64 * 4 * 4, reader)
-    assert big.decoded_bytes >= fetch.JOB_BYTES
-    decode = big.decoded_bytes / 1e9
-    base = predict(big, Costs(decode_bps=1e9), reader) - decode / 4  # all but the decode, at 4 threads
-    assert predict(big, Costs(decode_bps=1e9, local_speedup=1.5), reader) == pytest.approx(base + decode / 1.5)
-    assert predict(big, Costs(decode_bps=1e9, local_speedup=9.0), reader) == pytest.approx(base + decode / 4)
-    small = count_read([(Axis(0, 64), Axis(0, 64), Axis(0, 4))], (1024, 1024, 4), 4, Layout((64, 64, 4)),
-                       64 * 64 * 4 * 4, reader)
-    rest = predict(small, Costs(decode_bps=1e9), reader) - small.decoded_bytes / 1e9
-    assert predict(small, Costs(decode_bps=1e9, local_speedup=1.5), reader) == pytest.approx(
-        rest + small.decoded_bytes / 1e9)
 
 
 def test_index_work_grows_with_the_entries_of_each_index_parsed() -> None:

@@ -530,8 +530,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         # reader's (on a local store, where nothing overlaps, nearly all of it).
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
                       request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
-                      index_entry_s=work.index_entry_s, connect_s=base.connect_s,
-                      local_speedup=work.speedup if local else 0.0)
+                      index_entry_s=work.index_entry_s, connect_s=base.connect_s)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

@@ -88,8 +88,6 @@ class Costs:
     #                       read whole has its index parsed as much as one read through its index
     index_entry_s: float = 0.0  # and per entry of that index (its checks sort every entry): a map's shard of
     #                             7,200 chunks costs 20 times an 8-chunk shard's
-    local_speedup: float = 0.0  # a local read's decode on the reader's threads against one (probed; 0: as many
-    #                             times faster as there are threads)
     connect_s: float = 0.0  # opening a connection to a remote store, per request in flight at once: a first
     #                         read after an open opens one for each (the client's pool starts empty)
 
@@ -355,14 +353,12 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     chunk the reader's work (``chunk_s``), all probed as wall time with many at once; the bytes stream at the
     smaller of what the requests in flight and the store as a whole deliver; decoding runs on ``threads``
     threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in
-    the calling thread; for a larger local read, ``costs.local_speedup`` of them when probed)."""
+    the calling thread)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
     bandwidth = min(costs.request_bps * in_flight, costs.aggregate_bps)
-    threads: float = max(reader.threads, 1)
-    if reader.local:
-        threads = 1 if counts.decoded_bytes < JOB_BYTES else min(costs.local_speedup or threads, threads)
+    threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
     return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s + in_flight * costs.connect_s
             + counts.indexes * costs.index_s + counts.index_entries * costs.index_entry_s
             + counts.chunks * costs.chunk_s + counts.bytes / bandwidth

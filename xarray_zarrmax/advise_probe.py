@@ -53,16 +53,12 @@ class ReaderProbe:
     request, paid one after the other. ``index_s``: per shard read through its index, beyond its two
     requests and its chunk (parse and check the index, coalesce, slice): paid on any store.
     ``index_entry_s``: per entry of a shard index parsed, beyond ``index_s`` (`probe_index_parse`).
-    ``speedup``: how much faster a local read of many objects decoding several `fetch.JOB_BYTES` runs on the
-    reader's threads than on one (at most the thread count; 0: not measured): the decode pool's threads share
-    the GIL between objects, so two threads gave 1.3x on this machine, not 2x.
     """
 
     chunk_s: float
     request_s: float
     index_s: float
     index_entry_s: float = 0.0
-    speedup: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,8 +295,7 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
     with zstd to a temporary directory four times and read with ``engine="zarrmax"`` (best of ``repeats``
     fresh opens; the open is not timed): as one chunk; as one shard of ``chunks`` chunks read whole; as
     ``chunks`` unsharded objects read whole; as ``chunks`` shards of 8 chunks, one chunk read from each. The
-    differences per chunk, per object and per shard beyond the first give the three costs. Then 160 objects of
-    64 KiB read whole with one thread and with the configured threads: their ratio is ``speedup``."""
+    differences per chunk, per object and per shard beyond the first give the three costs."""
     import tempfile
     import warnings
 
@@ -340,40 +335,7 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
     chunk_s = max(0.0, (best["many"] - best["one"]) / (chunks - 1))
     request_s = max(0.0, (best["objects"] - best["one"]) / (chunks - 1) - chunk_s)
     index_s = max(0.0, (best["sparse"] - best["one"]) / (chunks - 1) - chunk_s - 2 * request_s)
-    return ReaderProbe(chunk_s, request_s, index_s, probe_index_parse(), _probe_speedup(flat, repeats))
-
-
-def _probe_speedup(flat: np.ndarray, repeats: int, objects: int = 160) -> float:
-    """`ReaderProbe.speedup`: ``objects`` unsharded chunks of 64 KiB of the sample (10 MiB at 4-byte values)
-    read whole, best of ``repeats`` fresh opens on one thread and on ``config.threads``."""
-    import tempfile
-    import warnings
-
-    import xarray as xr
-    import zarr
-    from zarr.codecs import ZstdCodec
-
-    from .config import get_config, set_config
-
-    threads = get_config().threads
-    if threads <= 1:
-        return 1.0
-    inner = max(1, 2**16 // flat.dtype.itemsize)
-    with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
-        group = zarr.open_group(root, mode="w", zarr_format=3)
-        arr = group.create_array("v", shape=(inner * objects,), dtype=flat.dtype, chunks=(inner,),
-                                 compressors=[ZstdCodec(level=3)], dimension_names=["i"])
-        arr[...] = np.resize(flat, inner * objects)
-        best = {1: float("inf"), threads: float("inf")}
-        for _ in range(repeats):
-            for n in best:
-                with set_config(threads=n), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # no consolidated metadata here: the warning says so
-                    ds = xr.open_dataset(root, engine="zarrmax", chunks=None)
-                    t0 = time.perf_counter()
-                    ds["v"].values  # noqa: B018  # the read is the point
-                    best[n] = min(best[n], time.perf_counter() - t0)
-    return min(float(threads), max(1.0, best[1] / best[threads]))
+    return ReaderProbe(chunk_s, request_s, index_s, probe_index_parse())
 
 
 def probe_index_parse(entries: int = 8192, repeats: int = 5) -> float:
