@@ -246,14 +246,12 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
     index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
     pieces = math.prod(len(t) for t in touched)
     if reader.local and pieces * chunk_dec >= STREAM_BYTES:
-        if cached:
-            runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
-            return runs, 0, nbytes, 1
         stored = int(sizes.sum()) + index_nbytes
-        if stored <= PIECE_BYTES:  # one read of the file; the pieces are slices of it
+        if not cached and stored <= PIECE_BYTES:  # one read of the file; the pieces are slices of it
             return 1, 0, stored, 1
         runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
-        return runs + 1, 1, nbytes + index_nbytes, 2
+        index = 0 if cached else 1
+        return runs + index, index, nbytes + index * index_nbytes, 1 + index
     if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
         stored = int(sizes.sum()) + index_nbytes
         parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
@@ -349,11 +347,10 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     """Seconds for a read: every round trip pays the latency; every request its own work (``request_s``),
     every request in flight at once a connection (``connect_s``: the read is the first after an open), every
     shard index parsed the reader's work on it (``index_s``, shards read whole included; ``index_entry_s`` per
-    entry) and every inner
-    chunk the reader's work (``chunk_s``), all probed as wall time with many at once; the bytes stream at the
-    smaller of what the requests in flight and the store as a whole deliver; decoding runs on ``threads``
-    threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which our reader keeps in
-    the calling thread)."""
+    entry) and every inner chunk the reader's work (``chunk_s``), all probed as wall time with many at once;
+    the bytes stream at the smaller of what the requests in flight and the store as a whole deliver; decoding
+    runs on ``threads`` threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which
+    our reader keeps in the calling thread)."""
     if counts.requests == 0:
         return 0.0
     in_flight = min(counts.requests, reader.concurrency)
