@@ -769,6 +769,13 @@ def mix_scores(result: Mapping[str, Any], store: str, weights: Mapping[str, floa
     return out
 
 
+def _curve_text(curve: Sequence[Sequence[float]]) -> str:
+    """The probed decode rate per chunk size, as ``(4 kB: 430, 16 kB: 710, ...)`` MB/s."""
+    if not curve:
+        return ""
+    return " (by chunk size: " + ", ".join(f"{n / 1e3:.0f} kB {r / 1e6:.0f}" for n, r in curve) + ")"
+
+
 def validation(result: Mapping[str, Any]) -> dict[str, Any]:
     stores = sorted({r["store"] for r in result["rows"]})
     kinds = {lay["key"]: lay["kind"] for lay in result["layouts"]}
@@ -919,7 +926,8 @@ def report(result: Mapping[str, Any]) -> str:
         c = result["calibration"][s]["costs"]
         out.append(f"- {s}: probed latency {c['latency_s'] * 1e3:.3g} ms, {c['request_bps'] / 1e6:.0f} MB/s per "
                    f"request, {c['aggregate_bps'] / 1e6:.0f} MB/s in all; zstd {c['decode_bps'] / 1e6:.0f} MB/s "
-                   f"per thread, ratio {c['ratio']:.2f}; work {c['request_s'] * 1e6:.0f} us per request, "
+                   f"per thread{_curve_text(c.get('decode_curve', ()))}, ratio {c['ratio']:.2f}; "
+                   f"work {c['request_s'] * 1e6:.0f} us per request, "
                    f"{c.get('connect_s', 0.0) * 1e6:.0f} us per connection opened, "
                    f"{c.get('index_s', 0.0) * 1e6:.0f} us per shard index and "
                    f"{c.get('index_entry_s', 0.0) * 1e9:.0f} ns per index entry, {c['chunk_s'] * 1e6:.0f} us per chunk")

@@ -14,8 +14,28 @@ from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
 from xarray_zarrmax import fetch, shard, stores
-from xarray_zarrmax.advise import KNOWN_PATTERNS, Batch, Constraints, advise, pattern_selections, rank
-from xarray_zarrmax.advise_model import Costs, Layout, Reader, capped_runs, coalesced_runs, count_read, predict
+from xarray_zarrmax.advise import (
+    KNOWN_PATTERNS,
+    Batch,
+    Constraints,
+    advise,
+    candidate_layouts,
+    neighbours,
+    pattern_selections,
+    rank,
+)
+from xarray_zarrmax.advise_model import (
+    Costs,
+    Layout,
+    ReadCounts,
+    Reader,
+    capped_runs,
+    coalesced_runs,
+    count_read,
+    decode_rate,
+    morton_order,
+    predict,
+)
 from xarray_zarrmax.advise_probe import probe_decoder, probe_reader, probe_store
 from xarray_zarrmax.cli import main
 from xarray_zarrmax.config import get_config
@@ -302,7 +322,76 @@ def test_best_layout_follows_the_pattern() -> None:
 
     series, maps = best({"timeseries": 1.0}), best({"map": 1.0})
     assert series.outer[0] == GEOS[0] and math.prod(series.chunks[1:]) <= 16  # all time, a few cells
-    assert maps.chunks[0] == 1 and math.prod(maps.outer[1:]) >= GEOS[1] * GEOS[2] // 16  # one step, wide
+    assert maps.outer[0] == 1  # objects of one time step: a map reads nothing else (in parallel GETs)
+
+
+@pytest.mark.parametrize("mix", [{"timeseries": 1.0}, {"map": 1.0}, {"timeseries": 0.5, "map": 0.5}])
+def test_search_stops_where_no_neighbour_is_better(mix: dict[str, float]) -> None:
+    costs = Costs(ratio=0.5)
+    top = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader())[0]
+    near = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader(), layouts=neighbours(top.layout, GEOS, 4))
+    assert min(c.score for c in near) >= top.score
+    grid = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader(), layouts=candidate_layouts(GEOS, 4))
+    assert top.score <= grid[0].score
+
+
+def test_search_finds_layouts_off_the_grid() -> None:
+    # The grid's best for this mix (32x4x128 in 32x8x1152) has a better neighbour, and that one another.
+    mix = {"timeseries": 0.5, "map": 0.5}
+    top = rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader())[0]
+    grid = rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader(), layouts=candidate_layouts(GEOS, 4))
+    assert top.layout not in set(candidate_layouts(GEOS, 4))
+    assert top.score < 0.9 * grid[0].score
+
+
+@pytest.mark.parametrize("layout", [Layout((32, 4, 128), (32, 8, 1152)), Layout((1, 721, 32)),
+                                    Layout((5136, 1, 4)), Layout((21, 8, 128), (42, 8, 1152))])
+def test_neighbours_are_one_step_away_and_valid(layout: Layout) -> None:
+    near = neighbours(layout, GEOS, 4)
+    assert near and layout not in near and len(set(near)) == len(near)
+    ks = [o // c for o, c in zip(layout.outer, layout.chunks, strict=True)]
+    for n in near:
+        assert all(o % c == 0 for o, c in zip(n.outer, n.chunks, strict=True))
+        assert n.shards is None or math.prod(o // c for o, c in zip(n.outer, n.chunks, strict=True)) > 1
+        assert all(c <= g for c, g in zip(n.chunks, GEOS, strict=True))
+        assert 2**16 <= 4 * math.prod(n.chunks) <= 64 * 2**20
+        n_ks = [o // c for o, c in zip(n.outer, n.chunks, strict=True)]
+        changed = [d for d in range(3) if n.chunks[d] != layout.chunks[d] or n_ks[d] != ks[d]]
+        assert len(changed) == 1  # one dimension's chunk or chunks per shard
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 7), (8, 8), (2, 3, 5), (1, 16, 3), (16, 1, 1), (7, 361, 1),
+                                   (4, 4, 4), (33, 33, 3), (3, 2, 5, 4)])
+def test_morton_order_is_zarrs_write_order(shape: tuple[int, ...]) -> None:
+    from zarr.core.indexing import morton_order_coords
+
+    coords = morton_order_coords(shape)
+    want = np.asarray(coords, dtype=np.int64).reshape(len(coords), len(shape))
+    np.testing.assert_array_equal(morton_order(shape), want)
+
+
+def test_decode_rate_follows_the_probed_curve() -> None:
+    curve = ((4096, 400e6), (65536, 1200e6), (4 << 20, 1500e6))
+    assert decode_rate(curve, 4096, 1.0) == pytest.approx(400e6)
+    assert decode_rate(curve, 16384, 1.0) == pytest.approx(800e6)  # halfway, in the logarithm of the size
+    assert decode_rate(curve, 512, 1.0) == pytest.approx(400e6)  # beyond either end: that end's rate
+    assert decode_rate(curve, 64 << 20, 1.0) == pytest.approx(1500e6)
+    assert decode_rate((), 16384, 7.0) == 7.0
+    # the mean chunk's size picks the rate: 100 chunks of 4 KiB decode slower per byte than one of 400 KiB
+    small = ReadCounts(requests=1, chunks=100, decoded_bytes=409600)
+    large = ReadCounts(requests=1, chunks=1, decoded_bytes=409600)
+    flat, curved = Costs(decode_bps=1500e6), Costs(decode_bps=1500e6, decode_curve=curve)
+    assert predict(small, curved, Reader()) - predict(small, flat, Reader()) == pytest.approx(
+        409600 / 400e6 - 409600 / 1500e6)
+    assert predict(large, curved, Reader()) < predict(small, curved, Reader())
+
+
+def test_probe_decoder_times_each_chunk_size_below_the_sample() -> None:
+    sample = np.cumsum(np.random.default_rng(0).normal(size=2**18)).astype("f4")  # 1 MiB, smooth
+    probe = probe_decoder(sample, repeats=1, sizes=(4096, 65536, 2**20, 2**22))
+    assert [n for n, _ in probe.curve] == [4096, 65536, 2**20]  # the sample itself last: not 4 MiB
+    assert probe.curve[-1][1] == probe.decode_bps and all(r > 0 for _, r in probe.curve)
+    assert 0 < probe.ratio < 1
 
 
 def test_advise_returns_an_encoding_ready_for_to_zarr(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from .advise_model import (
     Prediction,
     Reader,
     count_read,
+    decode_rate,
     object_count,
     object_nbytes,
     predict,
@@ -128,11 +129,13 @@ class AdviceReport:
     def __str__(self) -> str:
         where = "probed" if self.calibrated else "assumed (no store probed)"
         c = self.costs
+        small = (f" ({decode_rate(c.decode_curve, 16e3, c.decode_bps) / 1e6:.0f} in 16 kB chunks)"
+                 if c.decode_curve else "")
         lines = [
             f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}, "
             f"mix {dict(self.patterns)}",
             f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
-            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread, "
+            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread{small}, "
             f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
             f"work per request, {c.index_s * 1e6:.0f} us per shard index (+{c.index_entry_s * 1e9:.0f} ns per "
             f"entry), {c.chunk_s * 1e6:.0f} us per chunk",
@@ -287,29 +290,75 @@ def _sizes(n: int, limit: int = 6) -> list[int]:
     return sorted({ordered[int(i)] for i in picks} | {n})
 
 
-def candidate_layouts(shape: Sequence[int], itemsize: int, *, min_chunk_bytes: int = 2**16,
-                      max_chunk_bytes: int = 64 * MB, per_dim: int = 6) -> list[Layout]:
+MIN_CHUNK_BYTES = 2**16
+MAX_CHUNK_BYTES = 64 * MB
+
+
+def _chunk_bytes_range(shape: Sequence[int], itemsize: int) -> tuple[int, int]:
+    """Decoded bytes of a candidate's chunk: 64 KiB to 64 MiB (for small arrays, from a 64th of them)."""
+    total = itemsize * math.prod(shape)
+    return min(MIN_CHUNK_BYTES, max(itemsize, total // 64)), MAX_CHUNK_BYTES
+
+
+def _sharded(chunks: tuple[int, ...], multiples: Sequence[int]) -> Layout:
+    """``chunks`` in shards of ``multiples`` chunks per dimension (unsharded when that is one chunk)."""
+    if math.prod(multiples) == 1:
+        return Layout(chunks)
+    return Layout(chunks, tuple(k * c for k, c in zip(multiples, chunks, strict=True)))
+
+
+def candidate_layouts(shape: Sequence[int], itemsize: int, *, per_dim: int = 6) -> list[Layout]:
     """Chunk shapes from powers of two and divisors per dimension, each unsharded and in shards of 2, 8 and
     all of its chunks per dimension (every combination)."""
-    total = itemsize * math.prod(shape)
-    low = min(min_chunk_bytes, max(itemsize, total // 64))  # small arrays: chunks of a 64th of them
+    low, high = _chunk_bytes_range(shape, itemsize)
     layouts: list[Layout] = []
     per_dim_sizes = [_sizes(int(n), per_dim) for n in shape]
     for chunks in _product(per_dim_sizes):
         nbytes = itemsize * math.prod(chunks)
-        if not low <= nbytes <= max_chunk_bytes:
+        if not low <= nbytes <= high:
             continue
         layouts.append(Layout(chunks))
         multiples = [sorted({k for k in (1, 2, 8, -(-int(n) // c)) if k <= -(-int(n) // c)})
                      for n, c in zip(shape, chunks, strict=True)]
         for ks in _product(multiples):
             if math.prod(ks) > 1:
-                layouts.append(Layout(chunks, tuple(k * c for k, c in zip(ks, chunks, strict=True))))
+                layouts.append(_sharded(chunks, ks))
     return layouts
 
 
 def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
     return list(itertools.product(*options))
+
+
+#: A chunk length's neighbours when the search refines a layout: this factor of it, up or down.
+_STEPS = (0.5, 2 / 3, 0.75, 4 / 3, 1.5, 2.0)
+
+
+def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layout]:
+    """Layouts one step from ``layout``: one dimension's chunk length scaled by a factor in `_STEPS` (as many
+    chunks per shard along it, at most the dimension's), or one dimension's chunks per shard halved, doubled,
+    one or all. Chunks stay within the candidates' size range."""
+    low, high = _chunk_bytes_range(shape, itemsize)
+    chunks = layout.chunks
+    ks = [o // c for o, c in zip(layout.outer, chunks, strict=True)]
+    found: dict[Layout, None] = {}
+    for d, n in enumerate(int(x) for x in shape):
+        for factor in _STEPS:
+            c = min(max(1, round(chunks[d] * factor)), n)
+            moved = (*chunks[:d], c, *chunks[d + 1:])
+            if c != chunks[d] and low <= itemsize * math.prod(moved) <= high:
+                found[_sharded(moved, [*ks[:d], min(ks[d], -(-n // c)), *ks[d + 1:]])] = None
+        full = -(-n // chunks[d])
+        for k in (1, ks[d] // 2, 2 * ks[d], full):
+            if 1 <= k <= full and k != ks[d]:
+                found[_sharded(chunks, [*ks[:d], k, *ks[d + 1:]])] = None
+    found.pop(layout, None)
+    return list(found)
+
+
+#: The search refines this many of the best generated layouts, step by step (`neighbours`), while a step helps.
+REFINE_STARTS = 4
+_REFINE_STEPS = 64
 
 
 # -- search --------------------------------------------------------------------------------------------
@@ -321,6 +370,10 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
          variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch()) -> list[Candidate]:
     """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time.
 
+    Without ``layouts``: the generated candidates (`candidate_layouts`), then a local search from the best
+    `REFINE_STARTS` of them (`neighbours`, each step to the best neighbour while it is better): the grid of
+    powers of two misses shapes such as 23x50x25 that beat every layout on it.
+
     Raises
     ------
     ValueError
@@ -329,29 +382,51 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
     patterns = parse_patterns(patterns)
     selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
                   for name, spec in patterns.items()}
+    searched = layouts is None
     layouts = list(layouts) if layouts is not None else candidate_layouts(shape, itemsize)
-    kept: list[Candidate] = []
-    for layout in layouts:
+    costed: dict[Layout, Candidate | None] = {}
+
+    def cost(layout: Layout) -> Candidate | None:
+        """The layout's candidate, None when it breaks a constraint (memoized: a search meets layouts again)."""
+        if layout in costed:
+            return costed[layout]
         obj_bytes = object_nbytes(layout, itemsize, costs.ratio)
         objects = object_count(shape, layout)
         memory = task_memory(shape, layout, itemsize, costs.ratio, reader.task_bytes)
-        if ((constraints.max_object_bytes is not None and obj_bytes > constraints.max_object_bytes)
+        candidate = None
+        if not ((constraints.max_object_bytes is not None and obj_bytes > constraints.max_object_bytes)
                 or (constraints.max_objects is not None and objects > constraints.max_objects)
                 or (constraints.task_memory_bytes is not None and memory > constraints.task_memory_bytes)):
-            continue
-        chunk_enc = max(1, round(itemsize * math.prod(layout.chunks) * costs.ratio))
-        predictions = {}
-        for name, sels in selections.items():
-            # compressed: advised layouts are written with zstd (zarr's default), which shrinks the fill-value
-            # part of edge chunks whatever the data's own ratio
-            counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=True)
-            predictions[name] = Prediction(counts, predict(counts, costs, reader))
-        score = sum(_weight(patterns[n]) * p.seconds for n, p in predictions.items())
-        kept.append(Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes, objects,
-                              memory))
+            chunk_enc = max(1, round(itemsize * math.prod(layout.chunks) * costs.ratio))
+            predictions = {}
+            for name, sels in selections.items():
+                # compressed: advised layouts are written with zstd (zarr's default), which shrinks the
+                # fill-value part of edge chunks whatever the data's own ratio
+                counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=True)
+                predictions[name] = Prediction(counts, predict(counts, costs, reader))
+            score = sum(_weight(patterns[n]) * p.seconds for n, p in predictions.items())
+            candidate = Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes,
+                                  objects, memory)
+        costed[layout] = candidate
+        return candidate
+
+    def order(c: Candidate) -> tuple[float, int]:
+        return c.score, c.objects  # ties: fewer objects (cheaper to list, write and delete)
+
+    kept = [c for c in map(cost, layouts) if c is not None]
     if not kept:
         raise ValueError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
-    kept.sort(key=lambda c: (c.score, c.objects))  # ties: fewer objects (cheaper to list, write and delete)
+    if searched:
+        for start in sorted(kept, key=order)[:REFINE_STARTS]:
+            current = start
+            for _ in range(_REFINE_STEPS):
+                near = [c for c in map(cost, neighbours(current.layout, shape, itemsize)) if c is not None]
+                step = min(near, key=order, default=None)
+                if step is None or order(step) >= order(current):
+                    break
+                current = step
+        kept = [c for c in costed.values() if c is not None]
+    kept.sort(key=order)
     return kept
 
 
@@ -530,7 +605,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         # reader's (on a local store, where nothing overlaps, nearly all of it).
         costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
                       request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
-                      index_entry_s=work.index_entry_s, connect_s=base.connect_s)
+                      index_entry_s=work.index_entry_s, connect_s=base.connect_s, decode_curve=decoder.curve)
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,

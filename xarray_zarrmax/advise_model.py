@@ -10,7 +10,7 @@ whose per-dimension footprints are the same fetch the same way, so a full scan o
 as many simulated objects as there are distinct footprints (a handful), not millions.
 
 Time is then ``round_trips * latency + requests * request_s + indexes * index_s + chunks * chunk_s +
-bytes / bandwidth + decoded_bytes / decode_rate``: see `predict`.
+bytes / bandwidth + decoded_bytes / decode_rate`` (the rate at the chunk's size): see `predict`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Costs:
     latency_s: float = 0.02  # first byte of a GET
     request_bps: float = 80e6  # one request's stream
     aggregate_bps: float = 2e9  # every stream together (the NIC, or the server)
-    decode_bps: float = 1e9  # decoded bytes per second per thread
+    decode_bps: float = 1e9  # decoded bytes per second per thread, of large chunks
     ratio: float = 1.0  # encoded / decoded bytes of a chunk
     request_s: float = 0.0  # work per request that does not overlap (client, and server and proxy where they
     #                         share the cores): the wall time of many tiny requests at once, per request
@@ -90,6 +90,25 @@ class Costs:
     #                             7,200 chunks costs 20 times an 8-chunk shard's
     connect_s: float = 0.0  # opening a connection to a remote store, per request in flight at once: a first
     #                         read after an open opens one for each (the client's pool starts empty)
+    decode_curve: tuple[tuple[int, float], ...] = ()  # (decoded bytes of a chunk, decoded bytes per second per
+    #                         thread) at a few chunk sizes, ascending: zstd decodes a 16 kB chunk at half the rate
+    #                         of a 1 MB one (each block's tables are built afresh). Empty: decode_bps at any size
+
+    def decode_s(self, chunks: int, decoded_bytes: int) -> float:
+        """Seconds on one thread to decode ``chunks`` chunks of ``decoded_bytes`` in all: at the rate of
+        ``decode_curve`` for their mean size (linear in the logarithm of the size between two probed sizes,
+        the end's rate beyond either end), or ``decode_bps``."""
+        if decoded_bytes <= 0:
+            return 0.0
+        return decoded_bytes / decode_rate(self.decode_curve, decoded_bytes / max(chunks, 1), self.decode_bps)
+
+
+def decode_rate(curve: Sequence[tuple[int, float]], chunk_bytes: float, default: float) -> float:
+    """The decode rate at ``chunk_bytes`` from ``(size, rate)`` points (see `Costs.decode_curve`)."""
+    if not curve:
+        return default
+    sizes = [math.log(max(float(n), 1.0)) for n, _ in curve]
+    return float(np.interp(math.log(max(chunk_bytes, 1.0)), sizes, [float(r) for _, r in curve]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,15 +153,28 @@ class IndexCache:
 
 @lru_cache(maxsize=256)
 def _write_order(chunks_per_shard: tuple[int, ...]) -> np.ndarray:
-    """The chunk coordinates of a shard in the order of its bytes, ``(n, ndim)``: zarr-python writes them in
-    Morton order by default."""
-    try:
-        from zarr.core.indexing import morton_order_coords
+    """The chunk coordinates of a shard in the order of its bytes, ``(n, ndim)``: the Morton order zarr-python
+    writes them in (`morton_order`)."""
+    return morton_order(chunks_per_shard)
 
-        order = np.asarray(morton_order_coords(chunks_per_shard), dtype=np.int64)
-    except ImportError:  # an older zarr: lexicographic
-        order = np.indices(chunks_per_shard).reshape(len(chunks_per_shard), -1).T
-    return order.reshape(-1, len(chunks_per_shard))
+
+def morton_order(shape: tuple[int, ...]) -> np.ndarray:
+    """Every coordinate of a grid of ``shape`` in zarr-python's Morton (Z) order, ``(n, ndim)``: sorted by a
+    code interleaving their bits, lowest first and dimension 0 first at each bit, a dimension dropping out
+    once its bits (those of its largest coordinate) are used up. zarr builds tuples of Python ints for it;
+    costing a search's layouts spent 70% of its time there."""
+    if not shape:
+        return np.zeros((1, 0), dtype=np.int64)  # a 0-d grid: its one coordinate
+    coords = np.indices(shape).reshape(len(shape), -1)
+    bits = [(int(n) - 1).bit_length() for n in shape]
+    code = np.zeros(coords.shape[1], dtype=np.int64)
+    out_bit = 0
+    for bit in range(max(bits, default=0)):
+        for d, used in enumerate(bits):
+            if bit < used:
+                code |= ((coords[d] >> bit) & 1) << out_bit
+                out_bit += 1
+    return np.ascontiguousarray(coords[:, np.argsort(code, kind="stable")].T)
 
 
 @lru_cache(maxsize=1024)
@@ -359,7 +391,7 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     return (counts.round_trips * costs.latency_s + counts.requests * costs.request_s + in_flight * costs.connect_s
             + counts.indexes * costs.index_s + counts.index_entries * costs.index_entry_s
             + counts.chunks * costs.chunk_s + counts.bytes / bandwidth
-            + counts.decoded_bytes / (costs.decode_bps * threads))
+            + costs.decode_s(counts.chunks, counts.decoded_bytes) / threads)
 
 
 def task_memory(shape: Sequence[int], layout: Layout, itemsize: int, ratio: float, task_bytes: int) -> int:
@@ -381,5 +413,6 @@ def object_count(shape: Sequence[int], layout: Layout) -> int:
     return math.prod(-(-int(n) // o) for n, o in zip(shape, layout.outer, strict=True))
 
 
-__all__ = ["Costs", "IndexCache", "Layout", "Prediction", "ReadCounts", "Reader", "count_read", "object_count",
+__all__ = ["Costs", "IndexCache", "Layout", "Prediction", "ReadCounts", "Reader", "count_read", "decode_rate",
+           "object_count",
            "object_nbytes", "predict", "task_memory"]

@@ -1,14 +1,15 @@
-"""Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a
-sample of the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
+"""Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a sample of
+the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
 
-Five store numbers come out (see `StoreProbe`): the latency of a GET (median time of 16-byte range GETs),
-the work of one request when many are in flight (``many`` such GETs at once on open connections, less one
-latency, per GET), the extra a connection costs when a fresh client opens one per request in flight (as the
-first read after an open does), the throughput of one request stream (a large GET, less its latency) and the
-aggregate throughput (``parallel`` large GETs at once). The decoder probe compresses a sample with numcodecs'
-zstd (what our writer uses by default) and times its decode: the compression ratio and decoded bytes per
-second per thread. The reader probe times our own reader on local copies of a sample: its fixed work per inner
-chunk, per request and per shard read through its index (see `ReaderProbe`).
+Five store numbers come out (see `StoreProbe`): the latency of a GET (median time of 16-byte range GETs), the
+work of one request when many are in flight (``many`` such GETs at once on open connections, less one latency,
+per GET), the extra a connection costs when a fresh client opens one per request in flight (as the first read
+after an open does), the throughput of one request stream (a large GET, less its latency) and the aggregate
+throughput (``parallel`` large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what
+our writer uses by default) and times its decode: the compression ratio and decoded bytes per second per thread,
+for the sample as one chunk and cut into chunks of 4 KiB to 1 MiB. The reader probe times our own reader on
+local copies of a sample: its fixed work per inner chunk, per request and per shard read through its index (see
+`ReaderProbe`).
 """
 
 from __future__ import annotations
@@ -63,10 +64,16 @@ class ReaderProbe:
 
 @dataclass(frozen=True, slots=True)
 class DecoderProbe:
-    """numcodecs zstd on a sample: decoded bytes per second on one thread, and encoded / decoded bytes."""
+    """numcodecs zstd on a sample: decoded bytes per second on one thread (the sample as one chunk), encoded /
+    decoded bytes, and the rate at smaller chunk sizes (``(decoded bytes of a chunk, rate)``, ascending)."""
 
     decode_bps: float
     ratio: float
+    curve: tuple[tuple[int, float], ...] = ()
+
+
+#: Chunk sizes at which `probe_decoder` times the decoder (those up to the sample's size).
+DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
 def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
@@ -272,21 +279,35 @@ def _probe_store(target: str, storage_options: Mapping[str, Any] | None, *, larg
                       connect_s)
 
 
-def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 3) -> DecoderProbe:
-    """Compress ``sample`` with zstd at ``level`` and time the decode (best of ``repeats``)."""
+def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 5,
+                  sizes: tuple[int, ...] = DECODE_SIZES) -> DecoderProbe:
+    """Compress ``sample`` with zstd at ``level`` (numcodecs, as our writer and zarr-python do) and time our
+    reader's decode of it into an output array (best of ``repeats``): as one chunk, and cut into chunks of each
+    of ``sizes`` below its size (every whole piece of the sample, so each size decodes the same values)."""
     from numcodecs import Zstd
 
+    from .decode import ChunkCodec
+
     codec = Zstd(level=level)
-    raw = np.ascontiguousarray(sample)
+    raw = np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
     if raw.nbytes == 0:
         raise ValueError("expected a non-empty sample of the variable to probe the decoder. Got 0 bytes.")
-    encoded = codec.encode(raw)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        codec.decode(encoded)
-        best = min(best, time.perf_counter() - t0)
-    return DecoderProbe(raw.nbytes / max(best, 1e-9), len(encoded) / raw.nbytes)
+
+    def rate(size: int) -> tuple[float, int]:
+        frames = [codec.encode(raw[i:i + size]) for i in range(0, raw.nbytes - size + 1, size)]
+        chunk = ChunkCodec((size,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
+        out = np.empty(size, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for frame in frames:
+                chunk.decode_into(frame, out, "the decoder probe")
+            best = min(best, time.perf_counter() - t0)
+        return len(frames) * size / max(best, 1e-9), sum(len(f) for f in frames)
+
+    whole, encoded = rate(raw.nbytes)
+    curve = tuple((size, rate(size)[0]) for size in sizes if size < raw.nbytes) + ((raw.nbytes, whole),)
+    return DecoderProbe(whole, encoded / raw.nbytes, curve)
 
 
 def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 512,
