@@ -386,6 +386,31 @@ def test_decode_rate_follows_the_probed_curve() -> None:
     assert predict(large, curved, Reader()) < predict(small, curved, Reader())
 
 
+def test_decode_curve_is_sorted_checked_and_hashable() -> None:
+    # as a stored calibration comes back from JSON: lists, in any order
+    costs = Costs(decode_curve=[[65536, 1.2e9], [4096, 4e8]])  # type: ignore[arg-type]
+    assert costs.decode_curve == ((4096, 4e8), (65536, 1.2e9)) and hash(costs) == hash(
+        Costs(decode_curve=((4096, 4e8), (65536, 1.2e9))))
+    assert decode_rate(costs.decode_curve, 4096, 1.0) == pytest.approx(4e8)
+    with pytest.raises(ValueError, match=re.escape("expected decode_curve points (chunk bytes > 0, bytes/s > 0). "
+                                                   "Got ((4096, 0.0),) instead.")):
+        Costs(decode_curve=((4096, 0.0),))
+
+
+def test_report_gives_the_curves_rates() -> None:
+    curve = ((4096, 4e8), (16000, 7e8), (4 << 20, 1.5e9))
+    text = str(advise(dataset(), {"map": 1.0}, costs=Costs(decode_bps=1e9, decode_curve=curve)))
+    assert "zstd 1500 MB/s per thread (700 in 16 kB chunks)" in text  # the curve's, not decode_bps
+    one_point = str(advise(dataset(), {"map": 1.0}, costs=Costs(decode_curve=((512, 4e6),))))
+    assert "zstd 4 MB/s per thread, ratio" in one_point  # no 16 kB rate that was never measured
+
+
+def test_candidate_lengths_of_a_huge_dimension_come_quickly() -> None:
+    from xarray_zarrmax.advise import _sizes
+
+    assert _sizes(10**9) == [1, 2, 8, 128, 8192, 10**9]  # the divisor search took 26 s
+
+
 def test_probe_decoder_times_each_chunk_size_below_the_sample() -> None:
     sample = np.cumsum(np.random.default_rng(0).normal(size=2**18)).astype("f4")  # 1 MiB, smooth
     probe = probe_decoder(sample, repeats=1, sizes=(4096, 65536, 2**20, 2**22))

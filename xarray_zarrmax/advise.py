@@ -129,13 +129,16 @@ class AdviceReport:
     def __str__(self) -> str:
         where = "probed" if self.calibrated else "assumed (no store probed)"
         c = self.costs
+        # with a curve, the rates it gives: large chunks at its largest size, and 16 kB chunks where it spans
+        # that size (a sample under 4 KiB is one point, below it)
+        large = decode_rate(c.decode_curve, float("inf"), c.decode_bps)
         small = (f" ({decode_rate(c.decode_curve, 16e3, c.decode_bps) / 1e6:.0f} in 16 kB chunks)"
-                 if c.decode_curve else "")
+                 if c.decode_curve and c.decode_curve[0][0] <= 16e3 <= c.decode_curve[-1][0] else "")
         lines = [
             f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}, "
             f"mix {dict(self.patterns)}",
             f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
-            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {c.decode_bps / 1e6:.0f} MB/s per thread{small}, "
+            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {large / 1e6:.0f} MB/s per thread{small}, "
             f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
             f"work per request, {c.index_s * 1e6:.0f} us per shard index (+{c.index_entry_s * 1e9:.0f} ns per "
             f"entry), {c.chunk_s * 1e6:.0f} us per chunk",
@@ -279,7 +282,8 @@ def _sizes(n: int, limit: int = 6) -> list[int]:
     p = 1
     while p < n:
         options.add(p)
-        div = next((d for d in range(p, min(2 * p, n)) if n % d == 0), None)
+        # a few hundred tries at most: linear in n, a dimension of 10^9 took 26 s
+        div = next((d for d in range(p, min(2 * p, n, p + 512)) if n % d == 0), None)
         if div is not None:
             options.add(div)
         p *= 2

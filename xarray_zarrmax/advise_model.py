@@ -94,6 +94,14 @@ class Costs:
     #                         thread) at a few chunk sizes, ascending: zstd decodes a 16 kB chunk at half the rate
     #                         of a 1 MB one (each block's tables are built afresh). Empty: decode_bps at any size
 
+    def __post_init__(self) -> None:
+        # sorted tuples whatever came in (a list of lists from JSON; sizes in any order): interpolation needs
+        # ascending sizes, and a frozen Costs stays hashable
+        curve = tuple(sorted((int(n), float(r)) for n, r in self.decode_curve))
+        if any(n <= 0 or not r > 0 for n, r in curve):
+            raise ValueError(f"expected decode_curve points (chunk bytes > 0, bytes/s > 0). Got {curve!r} instead.")
+        object.__setattr__(self, "decode_curve", curve)
+
     def decode_s(self, chunks: int, decoded_bytes: int) -> float:
         """Seconds on one thread to decode ``chunks`` chunks of ``decoded_bytes`` in all: at the rate of
         ``decode_curve`` for their mean size (linear in the logarithm of the size between two probed sizes,
@@ -104,7 +112,8 @@ class Costs:
 
 
 def decode_rate(curve: Sequence[tuple[int, float]], chunk_bytes: float, default: float) -> float:
-    """The decode rate at ``chunk_bytes`` from ``(size, rate)`` points (see `Costs.decode_curve`)."""
+    """The decode rate at ``chunk_bytes`` from ``(size, rate)`` points in ascending size (see
+    `Costs.decode_curve`)."""
     if not curve:
         return default
     sizes = [math.log(max(float(n), 1.0)) for n, _ in curve]

@@ -292,6 +292,9 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 5,
     raw = np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
     if raw.nbytes == 0:
         raise ValueError("expected a non-empty sample of the variable to probe the decoder. Got 0 bytes.")
+    if any(size <= 0 for size in sizes) or repeats < 1:
+        raise ValueError(f"expected chunk sizes > 0 and repeats >= 1 for the decoder probe. Got sizes {sizes!r}, "
+                         f"repeats {repeats!r} instead.")
 
     def rate(size: int) -> tuple[float, int]:
         frames = [codec.encode(raw[i:i + size]) for i in range(0, raw.nbytes - size + 1, size)]
@@ -306,7 +309,7 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 5,
         return len(frames) * size / max(best, 1e-9), sum(len(f) for f in frames)
 
     whole, encoded = rate(raw.nbytes)
-    curve = tuple((size, rate(size)[0]) for size in sizes if size < raw.nbytes) + ((raw.nbytes, whole),)
+    curve = tuple((size, rate(size)[0]) for size in sorted(set(sizes)) if size < raw.nbytes) + ((raw.nbytes, whole),)
     return DecoderProbe(whole, encoded / raw.nbytes, curve)
 
 
