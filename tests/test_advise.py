@@ -114,7 +114,9 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A local read of a shard's chunks that decode to `fetch.STREAM_BYTES` or more goes in pieces
     (`fetch._read_local_shard`): the index, then pieces of at most `fetch.PIECE_BYTES`, whatever fraction of
-    the shard is read; a file of at most one piece is read whole. The model counts those reads too."""
+    the shard is read; a file of at most one piece is read whole when the read needs ``full_shard_fraction`` of
+    its chunks. The model counts those reads too; with ``coalesce_gap=0`` and ``full_shard_fraction=1`` the
+    reader fetches the touched chunks and the index, not one byte more."""
     monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
     shape, chunks, shards = (48, 128, 256), (8, 32, 32), (48, 128, 256)  # one 6 MiB shard of 32 KiB chunks
     values = (np.full(shape, 1.5) if constant else np.random.default_rng(2).random(shape) + 1).astype("f4")
@@ -129,9 +131,13 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
     assert (stored <= fetch.PIECE_BYTES) == constant
     boxes = {"all": (Axis(0, 48), Axis(0, 128), Axis(0, 256)), "most times": (Axis(0, 40), Axis(0, 128), Axis(0, 256)),
              "most rows": (Axis(0, 48), Axis(0, 96), Axis(3, 250)), "map": (Axis(5, 6), Axis(0, 128), Axis(0, 256))}
-    for gap in (2**20, 0):
+    shard_file = next(p for p in Path(path, "v", "c").rglob("*") if p.is_file())
+    index_nbytes = 16 * n_chunks + 4
+    entries = np.frombuffer(shard_file.read_bytes()[-index_nbytes:-4], dtype="<u8").reshape(
+        *(s // c for s, c in zip(shards, chunks, strict=True)), 2)
+    for gap, fraction in ((2**20, 0.5), (0, 0.5), (0, 1.0)):
         for name, axes in boxes.items():
-            with xarray_zarrmax.set_config(coalesce_gap=gap):
+            with xarray_zarrmax.set_config(coalesce_gap=gap, full_shard_fraction=fraction):
                 reader = local_reader()
                 predicted = count_read([axes], shape, 4, Layout(chunks, shards), chunk_enc, reader, compressed=constant)
                 ds = xr.open_dataset(path, engine="zarrmax", chunks=None, consolidated=True)
@@ -139,6 +145,10 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
                     got = ds["v"][tuple(slice(a.start, a.stop) for a in axes)].values
             assert np.array_equal(got, values[tuple(slice(a.start, a.stop) for a in axes)])
             assert (predicted.requests, predicted.bytes) == (counts.total("get"), counts.total("bytes")), (name, gap)
+            if fraction == 1.0:
+                box = tuple(slice(a.start // c, -(-a.stop // c)) for a, c in zip(axes, chunks, strict=True))
+                touched = entries[box]
+                assert counts.total("bytes") == int(touched[..., 1].sum()) + index_nbytes, name
             streamed = math.prod(a.size for a in axes) * 4 >= fetch.STREAM_BYTES
             if streamed and not constant:  # the index, then pieces of at most PIECE_BYTES (not the whole shard)
                 assert predicted.index_requests == 1 and predicted.requests - 1 >= predicted.bytes // fetch.PIECE_BYTES

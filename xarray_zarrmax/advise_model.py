@@ -274,8 +274,8 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
     """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it, or for a local shard
     whose touched chunks decode to `fetch.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
-    (or, for a file of at most `fetch.PIECE_BYTES`, the whole file), then the chunks in pieces of at most
-    PIECE_BYTES, whatever fraction of the shard they are."""
+    (or, for a file of at most `fetch.PIECE_BYTES` of which at least ``full_shard_fraction`` of the chunks are
+    read, the whole file), then the chunks in pieces of at most PIECE_BYTES."""
     extents = tuple(_extent(int(n), o, i) for n, o, i in zip(shape, layout.outer, obj, strict=True))
     if layout.shards is None:
         inside = math.prod(e / c for e, c in zip(extents, layout.chunks, strict=True))
@@ -288,7 +288,8 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
     pieces = math.prod(len(t) for t in touched)
     if reader.local and pieces * chunk_dec >= STREAM_BYTES:
         stored = int(sizes.sum()) + index_nbytes
-        if not cached and stored <= PIECE_BYTES:  # one read of the file; the pieces are slices of it
+        if not cached and stored <= PIECE_BYTES and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
+            # one read of the file; the pieces are slices of it
             return 1, 0, stored, 1
         runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
         index = 0 if cached else 1

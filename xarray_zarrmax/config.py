@@ -34,8 +34,9 @@ class Config:
     coalesce_gap
         Byte ranges of one object closer than this are merged into one request (bytes).
     full_shard_fraction
-        A read covering at least this fraction of a shard's chunks fetches the whole shard in one GET
-        instead of the index plus ranges.
+        A read covering at least this fraction of a shard's chunks fetches the whole shard in one GET (locally,
+        a file of at most 2 MiB in one read) instead of the index plus ranges. With ``full_shard_fraction=1``
+        and ``coalesce_gap=0`` a sharded read fetches only the chunks it touches and each shard's index.
     retries
         Attempts after the first for a failed request that may succeed when repeated.
     inflight_bytes

@@ -433,7 +433,8 @@ def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: 
     whole = None
     if cached is not None and cached.version == file.version:
         index = cached.index
-    elif file.size <= PIECE_BYTES:  # a small shard: one read, index and chunks together
+    elif file.size <= PIECE_BYTES and len(pieces) >= get_config().full_shard_fraction * math.prod(fmt.chunks_per_shard):
+        # a small shard, most of it wanted: one read, index and chunks together
         whole = file.read(0, file.size)
         index, _ = split_index(fmt, whole, _where(plan, key))
         _cache_index(token, key, index, file.fetched(whole))

@@ -1,0 +1,223 @@
+"""The physical limits of one access-pattern operation (issue 13): the reader's own requests replayed raw, and the
+decoder alone on the chunks the operation touches.
+
+`reader_requests` derives, from the stored files, every request zarrmax's reader sends for an operation with a
+cold index cache, in the order it sends them (`fetch._fetch_object_once` remotely, `fetch._read_local_shard`
+and the whole-object paths locally). access_patterns.py checks the derivation against the reader's counted
+requests and bytes on every cell, then times `replay_remote` / `replay_local` (those requests and nothing else:
+no plan, no decode, no placement) and `decode_alone` (our decoder on the touched chunks' compressed bytes,
+already in memory), interleaved with the reads. ``replay + decode`` is what a reader of that layout cannot beat
+on this machine when both stages share its cores; the issue's floor (round trips x latency + bytes / ceiling)
+leaves out both the store's work per request and the decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ObjectRequests:
+    """The requests for one stored object: ``steps`` go one after another, the ranges of a step at once."""
+
+    key: str  # relative to the array's root, e.g. "v/c/0/1/2"
+    steps: tuple[tuple[tuple[int, int], ...], ...]
+    whole: bool  # the object read whole (no index first)
+
+    @property
+    def requests(self) -> int:
+        return sum(len(step) for step in self.steps)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b - a for step in self.steps for a, b in step)
+
+
+@dataclass(frozen=True)
+class Needed:
+    """What one operation needs of one stored layout: the touched chunks' byte ranges (key, start, stop) and
+    each touched shard's index size, and the reader's requests for it."""
+
+    chunks: tuple[tuple[str, int, int], ...]
+    index_nbytes: int
+    objects: tuple[ObjectRequests, ...]
+    chunk_nbytes: int  # one chunk decoded
+
+    @property
+    def touched_nbytes(self) -> int:
+        return sum(b - a for _, a, b in self.chunks)
+
+    @property
+    def requests(self) -> int:
+        return sum(o.requests for o in self.objects)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(o.nbytes for o in self.objects)
+
+    @property
+    def whole(self) -> int:
+        return sum(o.whole for o in self.objects)
+
+
+def _whole(size: int, local: bool, split: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """`ObstoreSource.get_large`: a first range that tells the size, then the rest in parallel; one read locally."""
+    if local or size <= split:
+        return (((0, size),),)
+    return (((0, split),), tuple((a, min(a + split, size)) for a in range(split, size, split)))
+
+
+def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | None, reads: Sequence[Any], *,
+                    local: bool, itemsize: int = 4) -> Needed:
+    """The reader's requests, under the settings in force (`get_config`), for ``reads`` (`layout.plan_reads`'s
+    objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys, index at the end
+    with a crc32c). Locally a touched shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in
+    pieces (`fetch._pieces`); otherwise as remotely, each range one read."""
+    from xarray_zarrmax import get_config
+    from xarray_zarrmax.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
+    from xarray_zarrmax.layout import coalesce
+
+    config = get_config()
+    chunk_nbytes = itemsize * math.prod(chunks)
+    touched: list[tuple[str, int, int]] = []
+    objects: list[ObjectRequests] = []
+    index_total = 0
+    for coords, pieces in reads:
+        key = "v/c/" + "/".join(map(str, coords))
+        path = root / key
+        size = path.stat().st_size
+        if shards is None:
+            touched.append((key, 0, size))
+            objects.append(ObjectRequests(key, _whole(size, local, config.split_size), True))
+            continue
+        per = tuple(s // c for s, c in zip(shards, chunks, strict=True))
+        n = math.prod(per)
+        index_nbytes = 16 * n + 4
+        with open(path, "rb") as fh:
+            fh.seek(size - index_nbytes)
+            entries = np.frombuffer(fh.read(index_nbytes)[:-4], dtype="<u8").reshape(*per, 2)
+        ranges = [(int(entries[p.coords][0]), int(entries[p.coords][0] + entries[p.coords][1])) for p in pieces]
+        touched += [(key, a, b) for a, b in ranges]
+        index_total += index_nbytes
+        most = len(pieces) >= config.full_shard_fraction * n
+        index = ((size - index_nbytes, size),)
+        if local and len(pieces) * chunk_nbytes >= STREAM_BYTES:  # `fetch._read_local_shard`
+            if size <= PIECE_BYTES and most:
+                objects.append(ObjectRequests(key, (((0, size),),), True))
+            else:
+                rest = tuple((a, b) for a, b, _ in _pieces([(None, a, b) for a, b in ranges], config.coalesce_gap))
+                objects.append(ObjectRequests(key, (index, rest), False))
+        elif most:
+            objects.append(ObjectRequests(key, _whole(size, local, config.split_size), True))
+        else:
+            rest = tuple((a, b) for a, b, _ in coalesce(ranges, config.coalesce_gap))
+            objects.append(ObjectRequests(key, (index, rest), False))
+    return Needed(tuple(touched), index_total, tuple(objects), chunk_nbytes)
+
+
+def replay_remote(store: Any, needed: Needed, concurrency: int) -> float:
+    """Seconds to send ``needed``'s requests through ``store`` (a fresh obstore store, as each open makes its
+    client) with at most ``concurrency`` in flight, each object's steps one after another, and read the bodies."""
+    import obstore
+
+    async def run() -> None:
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(key: str, start: int, stop: int) -> None:
+            async with slots:
+                got = await obstore.get_async(store, key, options={"range": (start, stop)})
+                await got.bytes_async()
+
+        async def obj(o: ObjectRequests) -> None:
+            for step in o.steps:
+                await asyncio.gather(*(one(o.key, a, b) for a, b in step))
+
+        await asyncio.gather(*(obj(o) for o in needed.objects))
+
+    t0 = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - t0
+
+
+def _batches(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
+    step = -(-len(items) // parts)
+    return [items[i:i + step] for i in range(0, len(items), step)]
+
+
+def _jobs(needed: Needed, threads: int) -> int:
+    """The reader's split of local work (`fetch._local_jobs`): one job below `fetch.JOB_BYTES` decoded."""
+    from xarray_zarrmax.fetch import JOB_BYTES
+
+    decoded = needed.chunk_nbytes * len(needed.chunks)
+    return 1 if threads <= 1 or decoded < JOB_BYTES else threads
+
+
+def replay_local(root: Path, needed: Needed, pool: ThreadPoolExecutor, threads: int) -> float:
+    """Seconds to make ``needed``'s reads of local files (open, ``pread`` each range, close), spread over the
+    pool's threads as the reader spreads them."""
+
+    def read(objects: Sequence[ObjectRequests]) -> None:
+        for o in objects:
+            fd = os.open(root / o.key, os.O_RDONLY)
+            try:
+                for step in o.steps:
+                    for a, b in step:
+                        os.pread(fd, b - a, a)
+            finally:
+                os.close(fd)
+
+    jobs = min(_jobs(needed, threads), len(needed.objects))
+    t0 = time.perf_counter()
+    if jobs <= 1:
+        read(needed.objects)
+    else:
+        list(pool.map(read, _batches(needed.objects, jobs)))
+    return time.perf_counter() - t0
+
+
+def load_frames(root: Path, needed: Needed) -> list[bytes]:
+    """The touched chunks' compressed bytes, read (not timed) for `decode_alone`."""
+    frames = []
+    fd, open_key = -1, None
+    try:
+        for key, a, b in needed.chunks:
+            if key != open_key:
+                if fd >= 0:
+                    os.close(fd)
+                fd, open_key = os.open(root / key, os.O_RDONLY), key
+            frames.append(os.pread(fd, b - a, a))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return frames
+
+
+def decode_alone(frames: Sequence[bytes], needed: Needed, pool: ThreadPoolExecutor, threads: int) -> float:
+    """Seconds for our decoder (`decode.ChunkCodec`, zstd) to decode ``frames`` into a chunk-sized buffer per
+    thread, on as many threads as the reader would use for them."""
+    from xarray_zarrmax.decode import ChunkCodec
+
+    codec = ChunkCodec((needed.chunk_nbytes,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
+
+    def decode(batch: Sequence[bytes]) -> None:
+        out = np.empty(needed.chunk_nbytes, dtype=np.uint8)
+        for frame in batch:
+            codec.decode_into(frame, out, "decode_alone")
+
+    jobs = min(_jobs(needed, threads), len(frames))
+    t0 = time.perf_counter()
+    if jobs <= 1:
+        decode(frames)
+    else:
+        list(pool.map(decode, _batches(frames, jobs)))
+    return time.perf_counter() - t0
