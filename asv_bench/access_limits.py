@@ -6,9 +6,11 @@ cold index cache, in the order it sends them (`fetch._fetch_object_once` remotel
 and the whole-object paths locally). access_patterns.py checks the derivation against the reader's counted
 requests and bytes on every cell, then times `replay_remote` / `replay_local` (those requests and nothing else:
 no plan, no decode, no placement) and `decode_alone` (our decoder on the touched chunks' compressed bytes,
-already in memory), interleaved with the reads. ``replay + decode`` is what a reader of that layout cannot beat
-on this machine when both stages share its cores; the issue's floor (round trips x latency + bytes / ceiling)
-leaves out both the store's work per request and the decode.
+already in memory), interleaved with the reads. ``replay + decode`` is "read then decode", the bound for a reader
+that runs the two stages one after the other on the same cores; one that overlaps them (waiting on the network
+while it decodes) can beat it, down to ``max(replay, decode)``. The issue's floor (round trips x latency +
+bytes / ceiling) leaves out both the store's work per request and the decode. The replay is of the reader's own
+requests, with the bytes its settings add (whole-shard GETs, merged gaps), not of a minimal set.
 """
 
 from __future__ import annotations
@@ -80,13 +82,18 @@ def _whole(size: int, local: bool, split: int) -> tuple[tuple[tuple[int, int], .
 def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | None, reads: Sequence[Any], *,
                     local: bool, itemsize: int = 4) -> Needed:
     """The reader's requests, under the settings in force (`get_config`), for ``reads`` (`layout.plan_reads`'s
-    objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys, index at the end
-    with a crc32c). Locally a touched shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in
-    pieces (`fetch._pieces`); otherwise as remotely, each range one read."""
+    objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys; shards with their
+    index at the end and a crc32c, as `xarray_zarrmax.to_zarr` and zarr-python write them: anything else is
+    refused). Locally a touched shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in pieces
+    (`fetch._pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
+    neither touched nor fetched; every touched object must be stored."""
     from xarray_zarrmax import get_config
     from xarray_zarrmax.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
     from xarray_zarrmax.layout import coalesce
+    from xarray_zarrmax.shard import EMPTY
 
+    if shards is not None:
+        _check_index_layout(root)
     config = get_config()
     chunk_nbytes = itemsize * math.prod(chunks)
     touched: list[tuple[str, int, int]] = []
@@ -95,6 +102,8 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
     for coords, pieces in reads:
         key = "v/c/" + "/".join(map(str, coords))
         path = root / key
+        if not path.is_file():
+            raise ValueError(f"expected every object an operation touches to be stored. {path} is missing.")
         size = path.stat().st_size
         if shards is None:
             touched.append((key, 0, size))
@@ -106,7 +115,8 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
         with open(path, "rb") as fh:
             fh.seek(size - index_nbytes)
             entries = np.frombuffer(fh.read(index_nbytes)[:-4], dtype="<u8").reshape(*per, 2)
-        ranges = [(int(entries[p.coords][0]), int(entries[p.coords][0] + entries[p.coords][1])) for p in pieces]
+        stored = [entries[p.coords] for p in pieces if entries[p.coords][0] != EMPTY]
+        ranges = [(int(offset), int(offset + length)) for offset, length in stored]
         touched += [(key, a, b) for a, b in ranges]
         index_total += index_nbytes
         most = len(pieces) >= config.full_shard_fraction * n
@@ -116,13 +126,26 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
                 objects.append(ObjectRequests(key, (((0, size),),), True))
             else:
                 rest = tuple((a, b) for a, b, _ in _pieces([(None, a, b) for a, b in ranges], config.coalesce_gap))
-                objects.append(ObjectRequests(key, (index, rest), False))
+                objects.append(ObjectRequests(key, (index, rest) if rest else (index,), False))
         elif most:
             objects.append(ObjectRequests(key, _whole(size, local, config.split_size), True))
         else:
             rest = tuple((a, b) for a, b, _ in coalesce(ranges, config.coalesce_gap))
-            objects.append(ObjectRequests(key, (index, rest), False))
+            objects.append(ObjectRequests(key, (index, rest) if rest else (index,), False))
     return Needed(tuple(touched), index_total, tuple(objects), chunk_nbytes)
+
+
+def _check_index_layout(root: Path) -> None:
+    import json
+
+    meta = json.loads((root / "v" / "zarr.json").read_text())
+    codec = meta["codecs"][0]
+    config = codec.get("configuration", {})
+    where = config.get("index_location", "end")
+    index_codecs = [c["name"] for c in config.get("index_codecs", [])]
+    if codec["name"] != "sharding_indexed" or where != "end" or index_codecs != ["bytes", "crc32c"]:
+        raise ValueError(f"expected shards with their index at the end and a crc32c in {root}. Got codec "
+                         f"{codec['name']!r}, index at the {where}, index codecs {index_codecs} instead.")
 
 
 def replay_remote(store: Any, needed: Needed, concurrency: int) -> float:
@@ -176,12 +199,25 @@ def replay_local(root: Path, needed: Needed, pool: ThreadPoolExecutor, threads: 
             finally:
                 os.close(fd)
 
-    jobs = min(_jobs(needed, threads), len(needed.objects))
+    def read_ranges(fd: int, ranges: Sequence[tuple[int, int]]) -> None:
+        for a, b in ranges:
+            os.pread(fd, b - a, a)
+
+    jobs = _jobs(needed, threads)
     t0 = time.perf_counter()
-    if jobs <= 1:
+    if jobs > 1 and len(needed.objects) == 1 and len(needed.objects[0].steps) == 2:
+        # one shard: its index, then its ranges in parallel jobs, as `fetch._read_opened_shard` reads them
+        only = needed.objects[0]
+        fd = os.open(root / only.key, os.O_RDONLY)
+        try:
+            read_ranges(fd, only.steps[0])
+            list(pool.map(lambda batch: read_ranges(fd, batch), _batches(only.steps[1], jobs)))
+        finally:
+            os.close(fd)
+    elif jobs <= 1 or len(needed.objects) == 1:
         read(needed.objects)
     else:
-        list(pool.map(read, _batches(needed.objects, jobs)))
+        list(pool.map(read, _batches(needed.objects, min(jobs, len(needed.objects)))))
     return time.perf_counter() - t0
 
 
