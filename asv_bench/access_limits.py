@@ -82,18 +82,17 @@ def _whole(size: int, local: bool, split: int) -> tuple[tuple[tuple[int, int], .
 def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | None, reads: Sequence[Any], *,
                     local: bool, itemsize: int = 4) -> Needed:
     """The reader's requests, under the settings in force (`get_config`), for ``reads`` (`layout.plan_reads`'s
-    objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys; shards with their
-    index at the end and a crc32c, as `xarray_zarrmax.to_zarr` and zarr-python write them: anything else is
-    refused). Locally a touched shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in pieces
+    objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys; shard indexes read
+    with the reader's own `shard.parse_index`, wherever they are stored and however encoded). Locally a touched
+    shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in pieces
     (`fetch._pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
     neither touched nor fetched; every touched object must be stored."""
     from xarray_zarrmax import get_config
     from xarray_zarrmax.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
     from xarray_zarrmax.layout import coalesce
-    from xarray_zarrmax.shard import EMPTY
+    from xarray_zarrmax.shard import EMPTY, parse_index
 
-    if shards is not None:
-        _check_index_layout(root)
+    fmt = _shard_format(root, shards) if shards is not None else None
     config = get_config()
     chunk_nbytes = itemsize * math.prod(chunks)
     touched: list[tuple[str, int, int]] = []
@@ -109,18 +108,18 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
             touched.append((key, 0, size))
             objects.append(ObjectRequests(key, _whole(size, local, config.split_size), True))
             continue
-        per = tuple(s // c for s, c in zip(shards, chunks, strict=True))
-        n = math.prod(per)
-        index_nbytes = 16 * n + 4
+        assert fmt is not None
+        n, index_nbytes = math.prod(fmt.chunks_per_shard), fmt.index_nbytes
+        lo, hi = fmt.index_range(size)
         with open(path, "rb") as fh:
-            fh.seek(size - index_nbytes)
-            entries = np.frombuffer(fh.read(index_nbytes)[:-4], dtype="<u8").reshape(*per, 2)
+            fh.seek(lo)
+            entries = parse_index(fmt, fh.read(hi - lo), size, str(path))
         stored = [entries[p.coords] for p in pieces if entries[p.coords][0] != EMPTY]
         ranges = [(int(offset), int(offset + length)) for offset, length in stored]
         touched += [(key, a, b) for a, b in ranges]
         index_total += index_nbytes
         most = len(pieces) >= config.full_shard_fraction * n
-        index = ((size - index_nbytes, size),)
+        index = ((lo, hi),)
         if local and len(pieces) * chunk_nbytes >= STREAM_BYTES:  # `fetch._read_local_shard`
             if size <= PIECE_BYTES and most:
                 objects.append(ObjectRequests(key, (((0, size),),), True))
@@ -135,17 +134,16 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
     return Needed(tuple(touched), index_total, tuple(objects), chunk_nbytes)
 
 
-def _check_index_layout(root: Path) -> None:
+def _shard_format(root: Path, shards: Sequence[int]) -> Any:
+    """The stored array's `shard.ShardFormat`, parsed by the reader's own `shard.plan_shard_format`."""
     import json
 
-    meta = json.loads((root / "v" / "zarr.json").read_text())
-    codec = meta["codecs"][0]
-    config = codec.get("configuration", {})
-    where = config.get("index_location", "end")
-    index_codecs = [c["name"] for c in config.get("index_codecs", [])]
-    if codec["name"] != "sharding_indexed" or where != "end" or index_codecs != ["bytes", "crc32c"]:
-        raise ValueError(f"expected shards with their index at the end and a crc32c in {root}. Got codec "
-                         f"{codec['name']!r}, index at the {where}, index codecs {index_codecs} instead.")
+    from xarray_zarrmax.shard import plan_shard_format
+
+    codec = json.loads((root / "v" / "zarr.json").read_text())["codecs"][0]
+    if codec["name"] != "sharding_indexed":
+        raise ValueError(f"expected a sharded array in {root}. Got first codec {codec['name']!r} instead.")
+    return plan_shard_format(codec["configuration"], tuple(shards))
 
 
 def replay_remote(store: Any, needed: Needed, concurrency: int) -> float:
