@@ -19,8 +19,9 @@ from zarr.storage import MemoryStore
 class StagingStore(Store):
     """Changes in memory over a read-only ``base`` zarr Store (None: an empty target).
 
-    ``scrub`` turns an error of the base into one safe to show (the base is a third party's store: its errors
-    may quote the endpoint URL with its password); ``label`` names the target in messages.
+    ``failure(err, what, key)`` turns an error of the base into what to raise: safe to show (the base is a third
+    party's store: its errors may quote the endpoint URL with its password) and of this package's types;
+    ``label`` names the target in messages.
     """
 
     supports_writes = True
@@ -28,11 +29,11 @@ class StagingStore(Store):
     supports_listing = True
 
     def __init__(self, base: Store | None, label: str = "",
-                 scrub: Callable[[BaseException], BaseException] = lambda err: err) -> None:
+                 failure: Callable[[BaseException, str, str], BaseException] = lambda err, what, key: err) -> None:
         super().__init__(read_only=False)
         self.base = base
         self.label = label
-        self.scrub = scrub
+        self.translate = failure
         self.memory = MemoryStore()
         # Whole objects read from the base, kept: xarray reads an array's document twice, `to_zarr` reads it
         # again for the array's stored shape, each a round trip on S3. What the target held when read is what
@@ -96,7 +97,7 @@ class StagingStore(Store):
         raise failure  # outside the except clause: not even __context__ keeps the store's own text
 
     def _failure(self, err: BaseException, what: str, key: str) -> BaseException:
-        failure = self.scrub(err)
+        failure = self.translate(err, what, key)
         failure.add_note(f"{what} {key!r} on {self.label}, reading what the target holds before writing")
         return failure
 

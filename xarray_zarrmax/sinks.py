@@ -144,6 +144,10 @@ class Sink:
         """A read-only zarr Store over what the target holds now, or None where it holds nothing yet."""
         return self.source.zarr_store()
 
+    def read_failure(self, err: BaseException, what: str, key: str) -> BaseException:
+        """What a failed read ``what key`` of `existing_store` raises: ``err``, credentials masked."""
+        return self.source.scrubbed(err)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
 
@@ -372,6 +376,13 @@ class ObstoreSink(Sink):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObstoreSink, (self.source,))
+
+    def read_failure(self, err: BaseException, what: str, key: str) -> BaseException:
+        """obstore's errors (from zarr's ObjectStore over the target) as this package's reads raise them: a
+        refused request a StoreAccessError, also an OSError (obstore's own types are neither)."""
+        import obstore.exceptions as oe
+
+        return self.source.failure(err, what, key) if isinstance(err, oe.BaseError) else self.source.scrubbed(err)
 
     async def put_async(self, key: str, data: Encoded, mode: Any = None) -> None:
         """One PUT, or a multipart upload for an unconditional one larger than ``config.multipart_threshold``

@@ -540,6 +540,26 @@ class ObstoreSource(ByteSource):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (ObstoreSource, pickle.dumps({"store": self.store}), self.label))
 
+    def failure(self, err: BaseException, what: str, key: str) -> BaseException:
+        """What a failed request ``what key`` raises: built-in or our types (obstore's own are no OSError), the
+        store's text credentials-masked and cut to its first line (it may quote the endpoint with its
+        password)."""
+        import obstore.exceptions as oe
+
+        if isinstance(err, oe.NotFoundError):
+            return FileNotFoundError(key)
+        if isinstance(err, oe.PreconditionError):
+            return ObjectChanged(key)  # If-Match failed: the object was rewritten
+        if isinstance(err, oe.AlreadyExistsError):
+            return ObjectChanged(key)  # a PUT with If-None-Match: someone created the object meanwhile
+        if isinstance(err, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
+            return StoreAccessError(f"{what} {key!r} on {self.label} was refused: check the credentials "
+                                    f"({type(err).__name__}: {_first_line(err, self._secrets)})")
+        if "NoSuchBucket" in str(err):
+            return FileNotFoundError(f"{self.label}: the bucket does not exist")
+        return RequestFailed(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
+                             f"{_first_line(err, self._secrets)}", _status(err))
+
     async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Send one request under the process's budget; errors become built-in or our exceptions.
 
@@ -563,27 +583,13 @@ class ObstoreSource(ByteSource):
                     return result
             except FileNotFoundError:
                 raise
-            except oe.NotFoundError:
-                failure = FileNotFoundError(key)
-            except oe.PreconditionError:
-                failure = ObjectChanged(key)  # If-Match failed: the object was rewritten
-            except oe.AlreadyExistsError:
-                failure = ObjectChanged(key)  # a PUT with If-None-Match: someone created the object meanwhile
-            except (oe.PermissionDeniedError, oe.UnauthenticatedError) as err:
-                failure = StoreAccessError(
-                    f"{what} {key!r} on {self.label} was refused: check the credentials "
-                    f"({type(err).__name__}: {_first_line(err, self._secrets)})"
-                )
             except Exception as err:
-                if body_started and attempt < retries and _is_transient(err):
+                if body_started and attempt < retries and _is_transient(err) and not isinstance(
+                        err, (oe.NotFoundError, oe.PreconditionError, oe.AlreadyExistsError,
+                              oe.PermissionDeniedError, oe.UnauthenticatedError)):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
-                if "NoSuchBucket" in str(err):
-                    failure = FileNotFoundError(f"{self.label}: the bucket does not exist")
-                else:
-                    failure = RequestFailed(
-                        f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
-                        f"{_first_line(err, self._secrets)}", _status(err))
+                failure = self.failure(err, what, key)
             # Raised outside the except clause: not even __context__ keeps the store's own text, which may
             # hold what was masked above.
             raise failure
