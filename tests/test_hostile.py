@@ -201,11 +201,19 @@ def test_a_rejected_chunk_is_an_error_of_engine_zarrs_type(tmp_path, codec, how)
         array.attrs["_ARRAY_DIMENSIONS"] = ["x"]
     array[:] = np.sin(np.arange(1000))
     _spoil(tmp_path / "c.zarr" / "v" / ("0" if zarr_format == 2 else "c/0"), how)
-    with pytest.raises(Exception) as theirs:
+    try:
         xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=False)["v"].values  # noqa: B018
+    except Exception as err:
+        theirs: type[BaseException] = type(err)
+    else:
+        # Seen in some runs of this file, not others: numcodecs' blosc reads past the end of a halved chunk, finds
+        # what the heap holds there (at times the rest of a freed copy) and returns values. When it notices the
+        # cut, as it does most of the time, it raises RuntimeError: the type ours must share.
+        assert (codec, how) == ("blosc", "halved"), "engine='zarr' read a spoiled chunk without an error"
+        theirs = RuntimeError
     with pytest.raises(DecodeError, match="array 'v', key 'v/") as ours:
         read_all(tmp_path / "c.zarr")
-    assert isinstance(ours.value, type(theirs.value)), (type(ours.value).__mro__, type(theirs.value).__mro__)
+    assert isinstance(ours.value, theirs), (type(ours.value).__mro__, theirs.__mro__)
     again = pickle.loads(pickle.dumps(ours.value))
     assert type(again) is type(ours.value) and str(again) == str(ours.value)
 
