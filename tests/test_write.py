@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import xarray_zarrmax
-from xarray_zarrmax import request_counts, sinks
+from xarray_zarrmax import request_counts, set_config, sinks
 from xarray_zarrmax.stores import ObjectChanged
 from xarray_zarrmax.testing import MinioServer
 from xarray_zarrmax.write_plan import aligned_chunks, check_aligned, misaligned_boundary, objects_for_block
@@ -451,10 +451,53 @@ def test_misaligned_dask_chunks_name_variable_dimension_and_sizes(tmp_path: Path
     assert not (tmp_path / "a.zarr/zarr.json").exists()  # refused before anything was written
 
 
-def test_align_chunks_rechunks_to_shards(tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", [{"align_chunks": True}, {"safe_chunks": False}])
+def test_align_chunks_rechunks_to_shards(tmp_path: Path, option: dict[str, bool]) -> None:
+    """safe_chunks=False (xarray: "skip the check, I take the risk") rechunks as align_chunks=True does: no
+    shard is ever written by two tasks, so there is no risk to take."""
     ds = sample().chunk({"time": 5})
-    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, align_chunks=True)
+    with pytest.raises(ValueError, match=r"align_chunks=True \(or safe_chunks=False\)"):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "refused.zarr", encoding={"temp": SHARDED})
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED}, **option)
     check_reads(tmp_path / "a.zarr", sample())
+    with pytest.raises(ValueError, match="expected safe_chunks as a bool. Got 'no'"):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "b.zarr", safe_chunks="no")  # type: ignore[arg-type]
+
+
+def test_chunkmanager_store_kwargs_reach_dask_compute(tmp_path: Path) -> None:
+    """As Dataset.to_zarr: chunkmanager_store_kwargs are the keywords the data tasks are computed with (here a
+    scheduler that counts the graphs it runs); store-only ones are refused by name; a lock is not needed."""
+    graphs = []
+
+    def counting_scheduler(graph: Any, keys: Any, **kwargs: Any) -> Any:
+        graphs.append(keys)
+        return dask.get(graph, keys, **kwargs)
+
+    ds = sample().chunk({"time": 8})
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED},
+                           chunkmanager_store_kwargs={"scheduler": counting_scheduler, "lock": False})
+    assert len(graphs) == 1 and any("zarrmax-done" in str(k) for k in graphs[0])
+    check_reads(tmp_path / "a.zarr", sample())
+    with pytest.raises(ValueError, match=r"\['regions', 'return_stored'\] are arguments of dask.array.store"):
+        xarray_zarrmax.to_zarr(ds, tmp_path / "b.zarr", chunkmanager_store_kwargs={"regions": None,
+                                                                                  "return_stored": True})
+    assert not (tmp_path / "b.zarr").exists()
+
+
+@pytest.mark.parametrize("name", [None, "temp", "time"])
+def test_a_dataarray_is_written_as_dataarray_to_zarr_writes_it(tmp_path: Path, name: str | None) -> None:
+    """Unnamed, named, and named like one of its coordinates: xr.open_dataarray reads back what it reads from
+    DataArray.to_zarr's store, with both engines."""
+    array = sample()["temp"].rename(name)
+    xarray_zarrmax.to_zarr(array, tmp_path / "a.zarr")
+    array.to_zarr(tmp_path / "b.zarr", zarr_format=3, consolidated=True)
+    expected = xr.open_dataarray(tmp_path / "b.zarr", engine="zarr").load()
+    assert expected.name == name
+    for engine in ("zarr", "zarrmax"):
+        with xr.open_dataarray(tmp_path / "a.zarr", engine=engine) as got:
+            xr.testing.assert_identical(got.load(), expected)
+    with pytest.raises(TypeError, match="writes an xarray Dataset or DataArray. Got ndarray"):
+        xarray_zarrmax.to_zarr(np.zeros(3), tmp_path / "c.zarr")
 
 
 # -- empty chunks -------------------------------------------------------------------------------------------------
@@ -1041,6 +1084,34 @@ def test_errors_name_array_key_and_endpoint_never_the_secret(minio: MinioServer,
     texts = _all_text(info.value)
     assert password not in texts and secret not in texts
     assert f"s3://{bucket}/refused.zarr" in texts and f"127.0.0.1:{minio.port}" in texts
+
+
+def test_refused_and_unreachable_writes_raise_what_refused_reads_raise(minio: MinioServer, bucket: str) -> None:
+    """Refused credentials and an endpoint nobody answers: a write raises the StoreAccessError (an OSError) a
+    read of the same store raises, whether the target is new or holds an array, never obstore's own types
+    (which are no OSError, so ``except OSError`` around a write would miss them)."""
+    import socket
+
+    from xarray_zarrmax.errors import StoreAccessError
+
+    good = minio.storage_options()
+    url = f"s3://{bucket}/held{next(_counter)}.zarr"
+    xarray_zarrmax.to_zarr(sample(), url, storage_options=good)
+    refused = {**good, "secret_access_key": "wrong-secret-key-0123456789"}
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    unreachable = {**good, "endpoint": f"http://127.0.0.1:{port}"}
+    with set_config(retries=0):
+        for options, word in ((refused, "refused: check the credentials"), (unreachable, "failed")):
+            with pytest.raises(StoreAccessError, match=word):
+                xr.open_dataset(url, engine="zarrmax", storage_options=options).load()
+            for target, kwargs in ((f"s3://{bucket}/new{next(_counter)}.zarr", {}), (url, {"append_dim": "time"})):
+                with pytest.raises(StoreAccessError, match=word) as info:
+                    xarray_zarrmax.to_zarr(sample(), target, storage_options=options, **kwargs)
+                assert isinstance(info.value, OSError)
+                assert "nothing was written" in _all_text(info.value)
+    check_reads(url, sample(), s3_oracle(minio, url), storage_options=good)  # the refused appends changed nothing
 
 
 def test_data_errors_name_the_array(minio: MinioServer, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -175,7 +175,7 @@ def _staged(ds: Any, sink: Sink, encoding: Mapping[str, Any] | None,
     """xarray's writer run against a staging store over ``sink``: nothing is written yet."""
     from ._staging import StagingStore
 
-    staging = StagingStore(sink.existing_store(), sink.label, sink.source.scrubbed)
+    staging = StagingStore(sink.existing_store(), sink.label, sink.read_failure)
     try:
         if sink.may_hold_v2:
             _refuse_v2(staging, staging_args)
@@ -210,6 +210,44 @@ def _refuse_v2(staging: StagingStore, staging_args: Mapping[str, Any]) -> None:
             f"would hide its variables from readers (mode={mode!r}). Write to a new store, use mode='w' to "
             "replace it, or write with Dataset.to_zarr(zarr_format=2)."
         )
+
+
+def _as_dataset(obj: Any) -> Any:
+    """A Dataset as given; a DataArray as ``DataArray.to_zarr`` stores it, so that ``xr.open_dataarray`` reads it
+    back: under its name, or under xarray's placeholder name when it has none or its name is one of its
+    coordinates or dimensions (the real name then kept in an attribute)."""
+    import xarray as xr
+    from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if not isinstance(obj, xr.DataArray):
+        raise TypeError(f"xarray_zarrmax.to_zarr writes an xarray Dataset or DataArray. Got {type(obj).__name__}.")
+    if obj.name is None:
+        return obj.to_dataset(name=DATAARRAY_VARIABLE)
+    if obj.name in obj.coords or obj.name in obj.dims:
+        dataset = obj.to_dataset(name=DATAARRAY_VARIABLE)
+        dataset.attrs[DATAARRAY_NAME] = obj.name
+        return dataset
+    return obj.to_dataset()
+
+
+#: Arguments of dask.array.store, which Dataset.to_zarr passes chunkmanager_store_kwargs to and this does not call.
+_STORE_ONLY_KWARGS = ("regions", "compute", "return_stored", "load_stored")
+
+
+def _compute_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``chunkmanager_store_kwargs`` as keywords of dask's compute (see `to_zarr`)."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"expected chunkmanager_store_kwargs as a mapping. Got {type(kwargs).__name__}.")
+    refused = sorted(str(k) for k in kwargs if k in _STORE_ONLY_KWARGS)
+    if refused:
+        raise ValueError(f"chunkmanager_store_kwargs {refused} are arguments of dask.array.store, which "
+                         "xarray_zarrmax.to_zarr does not call; it takes keywords of dask's compute (scheduler, "
+                         "num_workers, ...) there.")
+    return {k: v for k, v in kwargs.items() if k != "lock"}  # no write here takes a lock
 
 
 def _check_known_chunk_sizes(ds: Any) -> None:
@@ -425,9 +463,12 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
             append_dim: Hashable | None = None, zarr_format: int | None = None,
             storage_options: dict[str, Any] | None = None, compute: bool = True,
             write_empty_chunks: bool | None = None,
-            align_chunks: bool = False, patterns: Mapping[str, Any] | None = None,
+            align_chunks: bool = False, safe_chunks: bool = True,
+            chunkmanager_store_kwargs: Mapping[str, Any] | None = None,
+            patterns: Mapping[str, Any] | None = None,
             advise_options: Mapping[str, Any] | None = None) -> Any:
-    """Write ``ds`` to a Zarr v3 store: one dask task and one PUT per shard.
+    """Write ``ds`` (a Dataset, or a DataArray as ``DataArray.to_zarr`` writes it) to a Zarr v3 store: one dask
+    task and one PUT per shard.
 
     Arguments mean what they mean in ``xarray.Dataset.to_zarr``; what differs:
 
@@ -466,6 +507,17 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         variable, dimension and sizes, unless this is True, which rechunks to one dask chunk per shard.
         Shards only partly covered by the written range (edges of a region or an append) are fine either way:
         they are read, merged and written back conditionally.
+    safe_chunks
+        True (xarray's default): dask chunks that split a shard are refused as above. False, which in xarray
+        skips that check and leaves the consequences to you: here it rechunks as ``align_chunks=True`` does, so
+        no shard is ever written by two tasks. Either way a region's partly covered edge shards are merged
+        safely, where xarray refuses them with ``safe_chunks=True`` in mode "r+".
+    chunkmanager_store_kwargs
+        As xarray: keywords for computing the data tasks (dask's ``compute``: ``scheduler``, ``num_workers``,
+        ...), used where this call computes them (always, but for the dask arrays of ``compute=False``).
+        ``lock`` is accepted and unused (no write here needs one); ``regions``, ``compute``,
+        ``return_stored`` and ``load_stored`` (arguments of ``dask.array.store``, which this does not call)
+        are refused.
     patterns
         With ``encoding="advise"``: access pattern -> weight, as `xarray_zarrmax.advise` takes them (e.g.
         ``{"timeseries": 0.5, "map": 0.5}``).
@@ -480,8 +532,12 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     None, or with ``compute=False`` a ``dask.delayed`` object that writes the data (and returns the number of
     stored objects written; for an Icechunk session, the fork to merge or None).
     """
+    ds = _as_dataset(ds)
     if zarr_format not in (None, 3):
         raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
+    if not isinstance(safe_chunks, bool):
+        raise ValueError(f"expected safe_chunks as a bool. Got {safe_chunks!r}.")
+    compute_kwargs = _compute_kwargs(chunkmanager_store_kwargs)
     if write_empty_chunks is not None and not isinstance(write_empty_chunks, bool):
         raise ValueError(f"expected write_empty_chunks as a bool or None. Got {write_empty_chunks!r}.")
     _check_known_chunk_sizes(ds)
@@ -506,7 +562,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     staging, recorder = _staged(ds, sink, encoding, staging_args)
     writes = _array_writes(recorder, staging)
     # alignment errors before any write; advised variables are aligned to shards their writer never saw
-    arrays = [_as_dask(w, align_chunks or w.target.path in advised) for w in writes]
+    arrays = [_as_dask(w, align_chunks or not safe_chunks or w.target.path in advised) for w in writes]
     _commit_metadata(sink, staging)
     collecting = sink.collects
     done = _done_collecting if collecting else _done
@@ -521,13 +577,13 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         batch[0].append(a)
         batch[2].extend(_block_tasks(w, a, sink, collecting, batch[1]))
     if now[2]:
-        result = _tasks_done(done, *now).compute()
+        result = _tasks_done(done, *now).compute(**compute_kwargs)
         if collecting:
             sink.collect([result])
     delayed = _tasks_done(done, *later)
     if not compute:
         return delayed
-    result = delayed.compute()
+    result = delayed.compute(**compute_kwargs)
     if collecting:
         sink.collect([result])
     return None

@@ -80,8 +80,8 @@ def check_aligned(name: str, dims: Sequence[str], start: Sequence[int], chunks: 
                 f"variable {name!r}: dask chunks along dimension {dim!r} (sizes {tuple(sizes)[:8]}"
                 f"{'...' if len(sizes) > 8 else ''}, starting at element {a}) split the stored {what}s of "
                 f"{s} elements: a chunk boundary at element {bad} is inside a {what}. Each {what} must be written "
-                f"by one task: rechunk to multiples of {s} (from element {a}), or pass align_chunks=True to "
-                "rechunk automatically."
+                f"by one task: rechunk to multiples of {s} (from element {a}), or pass align_chunks=True (or "
+                "safe_chunks=False) to rechunk automatically."
             )
 
 
