@@ -567,8 +567,6 @@ class ObstoreSource(ByteSource):
         retry_config says. A body that breaks off after the response began is not retried there, so it is
         here, ``config.retries`` times.
         """
-        import obstore.exceptions as oe
-
         _check_not_forked(self.label)
         retries = get_config().retries
         for attempt in range(retries + 1):
@@ -584,12 +582,11 @@ class ObstoreSource(ByteSource):
             except FileNotFoundError:
                 raise
             except Exception as err:
-                if body_started and attempt < retries and _is_transient(err) and not isinstance(
-                        err, (oe.NotFoundError, oe.PreconditionError, oe.AlreadyExistsError,
-                              oe.PermissionDeniedError, oe.UnauthenticatedError)):
+                failure = self.failure(err, what, key)
+                # only a failed request may be sent again, never a refusal or a missing or changed object
+                if body_started and attempt < retries and isinstance(failure, RequestFailed) and _is_transient(err):
                     await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
                     continue
-                failure = self.failure(err, what, key)
             # Raised outside the except clause: not even __context__ keeps the store's own text, which may
             # hold what was masked above.
             raise failure
