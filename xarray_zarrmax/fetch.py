@@ -291,7 +291,10 @@ async def _read_remote(
                 # `threads` jobs an object keep one object's decode parallel.
                 jobs = max(config.threads, -(-len(work) * plan.codec.nbytes // JOB_BYTES))
                 batches = _batches(work, jobs)
-                await asyncio.gather(*(loop.run_in_executor(pool, _place_all, plan, out, b) for b in batches))
+                if len(batches) == 1:  # an unsharded chunk: no gather, one future less per object
+                    await loop.run_in_executor(pool, _place_all, plan, out, batches[0])
+                else:
+                    await asyncio.gather(*(loop.run_in_executor(pool, _place_all, plan, out, b) for b in batches))
             finally:
                 hold.release_all()  # decoded (or failed): its bytes are free
 
