@@ -110,6 +110,26 @@ def test_the_accessor_writes_and_advises_as_the_functions_do(tmp_path: Path) -> 
     assert "Parameters" in (ds.zarrmax.to_zarr.__doc__ or "")  # help() shows to_zarr's own documentation
 
 
+@pytest.mark.parametrize("name", ["t2m", None])
+def test_the_dataarray_accessor_writes_and_advises_as_the_functions_do(tmp_path: Path, name: str | None) -> None:
+    array = field({"time": 24})["t2m"].rename(name)
+    encoding = {"chunks": (12, 10, 25), "shards": (24, 20, 50)}
+    array.zarrmax.to_zarr(tmp_path / "a.zarr", encoding={name or "__xarray_dataarray_variable__": encoding})
+    xarray_zarrmax.to_zarr(array, tmp_path / "b.zarr",
+                           encoding={name or "__xarray_dataarray_variable__": encoding})
+    for path in sorted((tmp_path / "b.zarr").rglob("zarr.json")):
+        assert (tmp_path / "a.zarr" / path.relative_to(tmp_path / "b.zarr")).read_text() == path.read_text()
+    expected = xr.open_dataarray(tmp_path / "b.zarr", engine="zarr").load()
+    with xr.open_dataarray(tmp_path / "a.zarr", engine="zarrmax") as got:
+        xr.testing.assert_identical(got.load(), expected)
+    report = array.zarrmax.advise({"map": 1.0}, costs=COSTS, layouts=CANDIDATES)
+    assert report.best.layout == MAP_FIRST
+    assert report.variable == (name or "values")
+    with pytest.raises(TypeError, match="advises on the DataArray itself: it takes no variable="):
+        array.zarrmax.advise({"map": 1.0}, variable="t2m")
+    assert "Parameters" in (array.zarrmax.to_zarr.__doc__ or "")
+
+
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"encoding": "advise"}, ValueError, r"encoding='advise' needs patterns=.*Got patterns=None"),
     ({"encoding": "advise", "patterns": {}}, ValueError, r"needs patterns=.*Got patterns=\{\}"),

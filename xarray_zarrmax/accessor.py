@@ -1,8 +1,10 @@
-"""``ds.zarrmax``: this package's Dataset methods, registered with xarray when the package is imported.
+"""``ds.zarrmax`` and ``da.zarrmax``: this package's Dataset and DataArray methods, registered with xarray when
+the package is imported.
 
 >>> import xarray_zarrmax
 >>> ds.zarrmax.to_zarr("s3://bucket/out.zarr", storage_options={...})
 >>> report = ds.zarrmax.advise({"timeseries": 0.5, "map": 0.5})
+>>> ds["t2m"].zarrmax.to_zarr("t2m.zarr")      # stored as DataArray.to_zarr stores it
 """
 
 from __future__ import annotations
@@ -31,5 +33,25 @@ class ZarrmaxAccessor:
         return advise(self._ds, patterns, **kwargs)
 
 
-ZarrmaxAccessor.to_zarr.__doc__ = to_zarr.__doc__
-ZarrmaxAccessor.advise.__doc__ = advise.__doc__
+@xr.register_dataarray_accessor("zarrmax")
+class ZarrmaxDataArrayAccessor:
+    """``da.zarrmax.to_zarr(store, ...)`` is ``xarray_zarrmax.to_zarr(da, store, ...)`` (the store
+    ``DataArray.to_zarr`` writes, which ``xr.open_dataarray`` reads); ``da.zarrmax.advise(patterns, ...)``
+    advises on the DataArray's values, as on a Dataset holding only it."""
+
+    def __init__(self, da: xr.DataArray) -> None:
+        self._da = da
+
+    def to_zarr(self, store: Any, **kwargs: Any) -> Any:
+        return to_zarr(self._da, store, **kwargs)
+
+    def advise(self, patterns: Mapping[str, Any], **kwargs: Any) -> AdviceReport:
+        if "variable" in kwargs:
+            raise TypeError("da.zarrmax.advise() advises on the DataArray itself: it takes no variable=")
+        name = "values" if self._da.name is None else str(self._da.name)
+        return advise(self._da.to_dataset(name=name), patterns, variable=name, **kwargs)
+
+
+for _accessor in (ZarrmaxAccessor, ZarrmaxDataArrayAccessor):
+    _accessor.to_zarr.__doc__ = to_zarr.__doc__
+    _accessor.advise.__doc__ = advise.__doc__
