@@ -246,6 +246,53 @@ def test_truncated_blosc_chunk_is_an_error_not_values_never_stored(tmp_path, n, 
                                   np.arange(n) + 0.5)  # the intact chunk still reads
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("n", [0, 5])
+@pytest.mark.parametrize("where", ["local", "minio"])
+def test_a_blosc_chunk_shorter_than_its_header_is_an_error_not_a_crash(request, tmp_path, where, n, zarr_format):
+    """An empty (or 5-byte) blosc chunk object: numcodecs crashed the process on the empty one from S3, with
+    engine="zarr" too (reading past a buffer that is not there). Ours is a DecodeError, a RuntimeError as
+    numcodecs raises for the local ones, naming the array and key."""
+    import numcodecs
+    from zarr.codecs import BloscCodec
+    from zarr.storage import ObjectStore
+
+    from xarray_zarrmax import DecodeError
+
+    if where == "minio":
+        minio, bucket = request.getfixturevalue("minio"), request.getfixturevalue("bucket")
+        prefix = f"blosc-short-{n}-v{zarr_format}-{tmp_path.name}"
+        store: object = ObjectStore(minio.obstore(bucket, prefix))
+        url, kwargs = f"s3://{bucket}/{prefix}", {"storage_options": minio.storage_options()}
+    else:
+        store = url = tmp_path / "b.zarr"
+        kwargs = {}
+    group = zarr.open_group(store, mode="w", zarr_format=zarr_format)
+    array = group.create_array("v", shape=(2000,), chunks=(1000,), dtype="f8",
+                               compressors=[BloscCodec() if zarr_format == 3 else numcodecs.Blosc()],
+                               **({"dimension_names": ["x"]} if zarr_format == 3 else {}))
+    if zarr_format == 2:
+        array.attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    array[:] = np.arange(2000) + 0.5
+    key = "v/c/1" if zarr_format == 3 else "v/1"
+    whole = zarr.storage.LocalStore(tmp_path / "b.zarr") if where == "local" else None
+    if whole is not None:
+        path = tmp_path / "b.zarr" / key
+        path.write_bytes(path.read_bytes()[:n])
+        # engine="zarr" raises here (RuntimeError); on S3 it crashes the process, so it is not asked
+        with pytest.raises(RuntimeError):
+            xr.open_dataset(url, engine="zarr", consolidated=False)["v"].values  # noqa: B018
+    else:
+        import obstore
+
+        obstore.put(minio.obstore(bucket, prefix), key, b"\x02\x01\x21\x08\x00"[:n])
+    with xr.open_dataset(url, engine="zarrmax", consolidated=False, **kwargs) as ds:
+        with pytest.raises(DecodeError, match=rf"array 'v', key '{key}': blosc buffer holds {n} bytes, fewer than "
+                                              r"blosc's 16-byte header: the chunk is truncated or empty"):
+            ds["v"].values  # noqa: B018
+        np.testing.assert_array_equal(ds["v"][:1000].values, np.arange(1000) + 0.5)  # the intact chunk reads
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=st.binary(max_size=200))
 def test_fuzz_small_zstd_chunk(tmp_path, raw):

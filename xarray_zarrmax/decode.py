@@ -167,17 +167,24 @@ def declared_size(compressor: str, data: Any) -> int | None:
     return None
 
 
+#: a blosc chunk's fixed header: version, flags, type size, then its decoded, block and stored sizes
+BLOSC_HEADER_BYTES = 16
+
+
 def check_blosc_length(data: Any, where: str) -> None:
-    """Refuse a blosc buffer shorter than its header says (bytes 12-16): numcodecs reads such a buffer past its
-    end (a chunk cut short decoded, with zarr-python too, into values never stored)."""
+    """Refuse a blosc buffer shorter than its header says (bytes 12-16), or than the header itself: numcodecs
+    reads such a buffer past its end (a chunk cut short decoded, with zarr-python too, into values never
+    stored; an empty object from S3 crashed the process, zarr-python's too)."""
     view = memoryview(data).cast("B")
-    if len(view) >= 16:
-        stored = int.from_bytes(view[12:16], "little")
-        if len(view) < stored:
-            # a DecodeError, also a RuntimeError: numcodecs fails with one on such a header (all but the shortest
-            # cuts, which it decodes into values never stored)
-            raise DecodeError(f"{where}: blosc buffer holds {len(view)} bytes, its header says {stored}: "
-                              "the chunk is truncated")
+    # DecodeErrors, also RuntimeErrors: numcodecs fails with one on such a header (but for the cuts it decodes
+    # into values never stored, or crashes on)
+    if len(view) < BLOSC_HEADER_BYTES:
+        raise DecodeError(f"{where}: blosc buffer holds {len(view)} bytes, fewer than blosc's "
+                          f"{BLOSC_HEADER_BYTES}-byte header: the chunk is truncated or empty")
+    stored = int.from_bytes(view[12:16], "little")
+    if len(view) < stored:
+        raise DecodeError(f"{where}: blosc buffer holds {len(view)} bytes, its header says {stored}: "
+                          "the chunk is truncated")
 
 
 def check_crc32c(data: Any, where: str) -> memoryview:
