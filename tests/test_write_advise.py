@@ -124,10 +124,25 @@ def test_the_dataarray_accessor_writes_and_advises_as_the_functions_do(tmp_path:
         xr.testing.assert_identical(got.load(), expected)
     report = array.zarrmax.advise({"map": 1.0}, costs=COSTS, layouts=CANDIDATES)
     assert report.best.layout == MAP_FIRST
-    assert report.variable == (name or "values")
+    assert report.variable == (name or "__xarray_dataarray_variable__")
     with pytest.raises(TypeError, match="advises on the DataArray itself: it takes no variable="):
         array.zarrmax.advise({"map": 1.0}, variable="t2m")
     assert "Parameters" in (array.zarrmax.to_zarr.__doc__ or "")
+
+
+@pytest.mark.parametrize(("name", "coords", "variable"), [
+    ("lat", {"lat": ("lat", np.arange(20.0))}, "__xarray_dataarray_variable__"),  # named as its dimension
+    ("elev", {"elev": ("lat", np.arange(20.0))}, "__xarray_dataarray_variable__"),  # named as a coordinate
+    (None, {"values": ("lat", np.arange(20.0))}, "__xarray_dataarray_variable__"),  # a coordinate "values"
+    (7, {}, "7"),  # not a string
+])
+def test_the_dataarray_accessor_advises_on_every_dataarray_it_writes(name: Any, coords: dict[str, Any],
+                                                                     variable: str) -> None:
+    """Found by a review: named like one of its coordinates, ``da.zarrmax.advise`` raised xarray's "same name as
+    one of its coordinates" where ``da.zarrmax.to_zarr(..., encoding="advise")`` wrote it."""
+    array = xr.DataArray(np.zeros((20, 50), dtype="f4"), dims=("lat", "lon"), name=name, coords=coords)
+    report = array.zarrmax.advise({"map": 1.0}, costs=COSTS, layouts=[Layout((20, 50), (20, 50))])
+    assert report.variable == variable and report.shape == (20, 50)
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [

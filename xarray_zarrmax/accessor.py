@@ -15,7 +15,7 @@ from typing import Any
 import xarray as xr
 
 from .advise import AdviceReport, advise
-from .write import to_zarr
+from .write import _as_dataset, to_zarr
 
 
 @xr.register_dataset_accessor("zarrmax")
@@ -37,7 +37,8 @@ class ZarrmaxAccessor:
 class ZarrmaxDataArrayAccessor:
     """``da.zarrmax.to_zarr(store, ...)`` is ``xarray_zarrmax.to_zarr(da, store, ...)`` (the store
     ``DataArray.to_zarr`` writes, which ``xr.open_dataarray`` reads); ``da.zarrmax.advise(patterns, ...)``
-    advises on the DataArray's values, as on a Dataset holding only it."""
+    advises on the DataArray's values, in the Dataset that store holds (the variable named as the DataArray,
+    or xarray's placeholder name where it has none or is named like a coordinate or dimension)."""
 
     def __init__(self, da: xr.DataArray) -> None:
         self._da = da
@@ -48,8 +49,12 @@ class ZarrmaxDataArrayAccessor:
     def advise(self, patterns: Mapping[str, Any], **kwargs: Any) -> AdviceReport:
         if "variable" in kwargs:
             raise TypeError("da.zarrmax.advise() advises on the DataArray itself: it takes no variable=")
-        name = "values" if self._da.name is None else str(self._da.name)
-        return advise(self._da.to_dataset(name=name), patterns, variable=name, **kwargs)
+        # the Dataset to_zarr stores for it (its name, else xarray's placeholder): what encoding="advise" sees
+        dataset = _as_dataset(self._da)
+        (name,) = dataset.data_vars
+        if not isinstance(name, str):
+            dataset = dataset.rename({name: str(name)})
+        return advise(dataset, patterns, variable=str(name), **kwargs)
 
 
 for _accessor in (ZarrmaxAccessor, ZarrmaxDataArrayAccessor):
