@@ -537,3 +537,57 @@ def test_unconsolidated_v2_walk_is_per_level():
         Counter(meta=2 * 60),
         Counter(data=6),
     ]
+
+
+def _subgroup_consolidated_then_changed(path: Any, change: str) -> None:
+    """A root without consolidated metadata whose group "s1" has its own, taken before ``change`` under it."""
+    root = zarr.open_group(path, mode="w", zarr_format=3, attributes={"r": 1})
+    s2 = root.create_group("s1", attributes={"a": 1}).create_group("s2", attributes={"b": 1})
+    s2.create_array("v", shape=(3,), dtype="f8", dimension_names=["x"])[:] = [1, 2, 3]
+    zarr.consolidate_metadata(path, path="s1")
+    s2 = zarr.open_group(path, mode="r+", path="s1/s2", use_consolidated=False)
+    if change == "array added":
+        s2.create_array("w", shape=(3,), dtype="f8", dimension_names=["x"])[:] = [4, 5, 6]
+    elif change == "attributes and an array rewritten":
+        s2.attrs["b"] = 2
+        s2.create_array("v", shape=(4,), dtype="i2", dimension_names=["x"], overwrite=True)[:] = [7, 8, 9, 10]
+    elif change == "group nested and consolidated":
+        s2.create_group("s3").create_array("u", shape=(2,), dtype="f4", dimension_names=["y"])[:] = [1, 2]
+        zarr.consolidate_metadata(path, path="s1/s2")
+
+
+@pytest.mark.parametrize("consolidated", [None, False])
+@pytest.mark.parametrize("change", ["array added", "attributes and an array rewritten",
+                                    "group nested and consolidated"])
+def test_a_subgroups_own_consolidated_metadata_lists_groups_but_not_their_members(tmp_path, consolidated, change):
+    """Found by a review: walking down from a root without consolidated metadata, zarr-python takes the groups
+    below "s1" from s1's own consolidated metadata, but reads each of them live (``root["s1/s2"]``); we read
+    their members from s1's metadata too, so an array added since vanished from the tree."""
+    path = tmp_path / "t.zarr"
+    _subgroup_consolidated_then_changed(path, change)
+    for open_ in (xr.open_datatree, xr.open_groups):
+        expected = open_(path, engine="zarr", consolidated=consolidated)
+        got = open_(path, engine="zarrmax", consolidated=consolidated)
+        groups = dict(expected.subtree_with_keys) if isinstance(expected, xr.DataTree) else expected
+        theirs = {k: (n.to_dataset(inherit=False) if isinstance(n, xr.DataTree) else n) for k, n in groups.items()}
+        mine = got if isinstance(got, dict) else dict(got.subtree_with_keys)
+        ours = {k: (n.to_dataset(inherit=False) if isinstance(n, xr.DataTree) else n) for k, n in mine.items()}
+        assert sorted(ours) == sorted(theirs)
+        for key, ds in theirs.items():
+            assert_same_dataset(ours[key], ds)
+    if change == "array added":
+        assert "w" in xr.open_datatree(path, engine="zarrmax", consolidated=consolidated)["s1/s2"].data_vars
+
+
+def test_a_group_listed_in_a_subgroups_consolidated_metadata_but_gone_is_a_key_error_as_in_zarr(tmp_path):
+    import shutil
+
+    path = tmp_path / "t.zarr"
+    _subgroup_consolidated_then_changed(path, "array added")
+    shutil.rmtree(path / "s1" / "s2")
+    with pytest.raises(KeyError):
+        xr.open_datatree(path, engine="zarr")
+    with pytest.raises(GroupNotFoundError, match=r"group 's1/s2', a member in the consolidated metadata of group "
+                                                 r"'s1', not found in .*: that metadata is out of date") as info:
+        xr.open_datatree(path, engine="zarrmax")
+    assert isinstance(info.value, KeyError)

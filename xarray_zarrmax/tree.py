@@ -303,7 +303,7 @@ class _TreeLoader:
             _check_format(cdoc, 3, key, source)
             if kind == "group":
                 if _own_consolidated(cdoc) is not None:  # as zarr-python's walk: used, whatever `consolidated`
-                    await self._consolidated_group_v3(cpath, cdoc)
+                    await self._consolidated_group_v3(cpath, cdoc, met_in_walk=True)
                 else:
                     await self._walk_v3(cpath, cdoc, source.list_dir(cpath))
                 return
@@ -313,9 +313,15 @@ class _TreeLoader:
         await gather_or_cancel(*(child(n) for n in await self._members(path, listing)))
         self.groups[path] = GroupNode(path, 3, dict(doc.get("attributes") or {}), dict(sorted(arrays.items())))
 
-    async def _consolidated_group_v3(self, path: str, doc: dict[str, Any]) -> None:
+    async def _consolidated_group_v3(self, path: str, doc: dict[str, Any], *, met_in_walk: bool = False) -> None:
         """A group below the root and everything under it, from the group's own consolidated metadata (member
-        names relative to it), as zarr-python reads such a group it meets in a walk."""
+        names relative to it), as zarr-python reads such a group when it is the group opened.
+
+        ``met_in_walk``: the group was met walking down from the group opened, which has no consolidated
+        metadata. zarr-python then takes the groups below it from its consolidated metadata (the group's
+        members), but reads each of them as the opened group's member ``group[path]``: its own document, live,
+        and its arrays from its own consolidated metadata if it has some, else from a live listing. Only the
+        group's own arrays come from its consolidated metadata then."""
         source = self.source
         key = _join(path, V3_KEY)
         where = f"the consolidated metadata in {key!r}"
@@ -325,8 +331,46 @@ class _TreeLoader:
             if member_path != path and parent not in groups:
                 raise MetadataError(f"member {member_path!r} of {where} of {source.label} is not inside a group: "
                                     f"no group {parent!r} there")
+        if met_in_walk:
+            below = [g for g in groups if g != path]
+            arrays = {p: a for p, a in arrays.items() if p.rpartition("/")[0] == path}
+            groups = {path: doc}
+            await gather_or_cancel(*(self._live_group_v3(g, path) for g in below))
         nodes = [_array_v3(p.rpartition("/")[2], p, arrays[p], source, self.parser) for p in arrays]
         await self._finish_consolidated({p: dict(g.get("attributes") or {}) for p, g in groups.items()}, 3, nodes)
+
+    async def _live_group_v3(self, path: str, listed_by: str) -> None:
+        """Group ``path``, listed in the consolidated metadata of group ``listed_by``, read as zarr-python reads
+        the opened group's member ``group[path]``: its document live; its arrays from its own consolidated
+        metadata if it has some, else from its listing (its subgroups come from ``listed_by``'s metadata)."""
+        source = self.source
+        key = _join(path, V3_KEY)
+        doc = await self._get_json(key)
+        if doc is None:
+            raise GroupNotFoundError(f"group {path!r}, a member in the consolidated metadata of group "
+                                     f"{listed_by!r}, not found in {source.label}: that metadata is out of date; "
+                                     "consolidate it again")
+        _check_format(doc, 3, key, source)
+        _check_group_node_type(doc, key, source)
+        own = _own_consolidated(doc)
+        if own is not None:
+            _, members = self._split_v3_members(path, doc, own, f"the consolidated metadata in {key!r}")
+            docs = {p: m for p, m in members.items() if p.rpartition("/")[0] == path}
+        else:
+            names = await self._members(path, source.list_dir(path))
+            found_docs = await gather_or_cancel(*(self._get_json(_join(path, n, V3_KEY)) for n in names))
+            docs = {}
+            for name, member in zip(names, found_docs, strict=True):
+                if member is None:
+                    continue  # a stray object or a folder without metadata: not a member
+                mkey = _join(path, name, V3_KEY)
+                if _member_node_type(member, repr(mkey), source) == "array":
+                    _check_format(member, 3, mkey, source)
+                    docs[_join(path, name)] = member
+        nodes = {p.rpartition("/")[2]: _array_v3(p.rpartition("/")[2], p, m, source, self.parser)
+                 for p, m in docs.items()}
+        await self._announce([(path, node) for _, node in sorted(nodes.items())])
+        self.groups[path] = GroupNode(path, 3, dict(doc.get("attributes") or {}), dict(sorted(nodes.items())))
 
     async def _walk_v2(self, path: str, attributes: dict[str, Any], listing: Awaitable[list[str]]) -> None:
         source = self.source
