@@ -157,18 +157,18 @@ def zstd_content_size(data: Any) -> int | None:
     return size if size >= 0 else None
 
 
+#: a blosc chunk's fixed header: version, flags, type size, then its decoded, block and stored sizes
+BLOSC_HEADER_BYTES = 16
+
+
 def declared_size(compressor: str, data: Any) -> int | None:
     """What a compressed chunk says it decodes to, where its format says so (zstd, blosc)."""
     if compressor == "zstd":
         return zstd_content_size(data)
     if compressor == "blosc":
         view = memoryview(data).cast("B")
-        return int.from_bytes(view[4:8], "little") if len(view) >= 16 else None
+        return int.from_bytes(view[4:8], "little") if len(view) >= BLOSC_HEADER_BYTES else None
     return None
-
-
-#: a blosc chunk's fixed header: version, flags, type size, then its decoded, block and stored sizes
-BLOSC_HEADER_BYTES = 16
 
 
 def check_blosc_length(data: Any, where: str) -> None:

@@ -90,6 +90,11 @@ def _own_consolidated(doc: dict[str, Any]) -> dict[str, Any] | None:
     return cm["metadata"] if isinstance(cm, dict) and isinstance(cm.get("metadata"), dict) else None
 
 
+def _directly_in(members: dict[str, Any], group: str) -> dict[str, Any]:
+    """The ``members`` (keyed by path in the store) whose parent is ``group``."""
+    return {p: m for p, m in members.items() if p.rpartition("/")[0] == group}
+
+
 def _drop(task: asyncio.Future[Any]) -> None:
     """A LIST sent ahead that is not needed (or was read already): cancelled, or its outcome consumed."""
     if not task.done():
@@ -289,7 +294,9 @@ class _TreeLoader:
             _check_member_name(name, where, self.source)
         return names
 
-    async def _walk_v3(self, path: str, doc: dict[str, Any], listing: Awaitable[list[str]]) -> None:
+    async def _walk_v3(self, path: str, doc: dict[str, Any], listing: Awaitable[list[str]], *,
+                       descend: bool = True) -> None:
+        """Group ``path`` from its ``listing``, and the groups below it unless not ``descend`` (its arrays only)."""
         source = self.source
         arrays: dict[str, ArrayNode] = {}
 
@@ -300,6 +307,8 @@ class _TreeLoader:
             if cdoc is None:
                 return  # a stray object or a folder without metadata: not a member
             kind = _member_node_type(cdoc, repr(key), source)
+            if kind == "group" and not descend:
+                return
             _check_format(cdoc, 3, key, source)
             if kind == "group":
                 if _own_consolidated(cdoc) is not None:  # as zarr-python's walk: used, whatever `consolidated`
@@ -333,7 +342,7 @@ class _TreeLoader:
                                     f"no group {parent!r} there")
         if met_in_walk:
             below = [g for g in groups if g != path]
-            arrays = {p: a for p, a in arrays.items() if p.rpartition("/")[0] == path}
+            arrays = _directly_in(arrays, path)
             groups = {path: doc}
             await gather_or_cancel(*(self._live_group_v3(g, path) for g in below))
         nodes = [_array_v3(p.rpartition("/")[2], p, arrays[p], source, self.parser) for p in arrays]
@@ -353,24 +362,14 @@ class _TreeLoader:
         _check_format(doc, 3, key, source)
         _check_group_node_type(doc, key, source)
         own = _own_consolidated(doc)
-        if own is not None:
-            _, members = self._split_v3_members(path, doc, own, f"the consolidated metadata in {key!r}")
-            docs = {p: m for p, m in members.items() if p.rpartition("/")[0] == path}
-        else:
-            names = await self._members(path, source.list_dir(path))
-            found_docs = await gather_or_cancel(*(self._get_json(_join(path, n, V3_KEY)) for n in names))
-            docs = {}
-            for name, member in zip(names, found_docs, strict=True):
-                if member is None:
-                    continue  # a stray object or a folder without metadata: not a member
-                mkey = _join(path, name, V3_KEY)
-                if _member_node_type(member, repr(mkey), source) == "array":
-                    _check_format(member, 3, mkey, source)
-                    docs[_join(path, name)] = member
-        nodes = {p.rpartition("/")[2]: _array_v3(p.rpartition("/")[2], p, m, source, self.parser)
-                 for p, m in docs.items()}
-        await self._announce([(path, node) for _, node in sorted(nodes.items())])
-        self.groups[path] = GroupNode(path, 3, dict(doc.get("attributes") or {}), dict(sorted(nodes.items())))
+        if own is None:
+            await self._walk_v3(path, doc, source.list_dir(path), descend=False)
+            return
+        _, members = self._split_v3_members(path, doc, own, f"the consolidated metadata in {key!r}")
+        nodes = [_array_v3(p.rpartition("/")[2], p, m, source, self.parser)
+                 for p, m in sorted(_directly_in(members, path).items())]
+        await self._announce([(path, node) for node in nodes])
+        self.groups[path] = GroupNode(path, 3, dict(doc.get("attributes") or {}), {n.name: n for n in nodes})
 
     async def _walk_v2(self, path: str, attributes: dict[str, Any], listing: Awaitable[list[str]]) -> None:
         source = self.source
