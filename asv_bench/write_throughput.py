@@ -13,7 +13,8 @@ encoding (zstd level 1) for every stack. Stacks, each writing the whole array to
   per object slot (local, ``--workers`` threads; on Linux each written with no name, ``O_TMPFILE``, then
   linked in: the fastest raw write measured here, and what zarrmax does);
 - ``encode``: the encode ceiling: every stored object encoded with zarr's codecs (what zarrmax runs) by a
-  thread per core, into memory, nothing written;
+  thread per core, nothing written; each object's pooled buffer given back once encoded, as zarrmax's sinks
+  give it back once written (`xarray_zarrmax._buffers`), so the ceiling is the encoder's work alone;
 - ``to_zarr``: ``Dataset.to_zarr`` (engine zarr, Zarr v3) of the dask-chunked Dataset (one dask chunk per
   stored object), dask's threaded scheduler with ``--workers`` threads;
 - ``zarrmax``: ``xarray_zarrmax.to_zarr`` of the same Dataset, same scheduler.
@@ -120,14 +121,15 @@ class Target:
         return (where, {}) if self.kind == "local" else (f"s3://{BUCKET}/{where}", {"storage_options": self.minio})
 
     def write(self, stack: str, where: str, ds: Any, data: np.ndarray, layout: Layout,
-              objects: dict[str, bytes]) -> Any:
-        """Write the array with ``stack``: ``ds`` is ``dataset(layout, data)``, ``objects`` its stored objects."""
+              objects: dict[str, bytes], keep: bool = False) -> Any:
+        """Write the array with ``stack``: ``ds`` is ``dataset(layout, data)``, ``objects`` its stored objects.
+        ``keep``: the encode ceiling returns the objects it encoded (to check them) rather than their size."""
         import dask
 
         if stack == "put":
             return self.put(where, objects)
         if stack == "encode":
-            return encode_all(data, layout, objects)
+            return encode_all(data, layout, objects, keep=keep)
         with dask.config.set(scheduler="threads", num_workers=self.workers):
             if stack == "to_zarr":
                 import zarr
@@ -217,11 +219,16 @@ def stored_objects(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def encode_all(values: np.ndarray, layout: Layout, reference: dict[str, bytes]) -> dict[str, bytes]:
+def encode_all(values: np.ndarray, layout: Layout, reference: dict[str, bytes], *,
+               keep: bool = False) -> dict[str, bytes] | int:
     """Every stored object of "v" (metadata from ``reference``) encoded with zarr's codecs (xarray_zarrmax's
-    ObjectCodec) by a thread per core, into memory."""
+    ObjectCodec) by a thread per core. Timed (``keep`` False): the encoder alone, each object's buffer given back
+    once encoded as a sink gives it back once written (`xarray_zarrmax._buffers`), returning the bytes encoded.
+    ``keep``: the objects, by key, to check against the stored ones."""
     import zarr
 
+    from xarray_zarrmax._buffers import release
+    from xarray_zarrmax.shard_encode import joined, parts_of
     from xarray_zarrmax.write import _full_object
     from xarray_zarrmax.write_codec import ObjectCodec
     from xarray_zarrmax.write_plan import objects_for_block
@@ -230,12 +237,17 @@ def encode_all(values: np.ndarray, layout: Layout, reference: dict[str, bytes]) 
     codec = ObjectCodec(metadata, False)
     parts = list(objects_for_block(values.shape, codec.object_shape, (0,) * values.ndim, values.shape))
 
-    def one(part: Any) -> tuple[str, bytes | None]:
+    def one(part: Any) -> tuple[str, Any]:
         key = "v/" + metadata.encode_chunk_key(part.coords)
-        return key, codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+        encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+        if encoded is None or keep:
+            return key, None if encoded is None else joined(encoded)
+        release(parts_of(encoded))
+        return key, len(encoded)
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
-        return {k: v for k, v in ex.map(one, parts) if v is not None}
+        done = [(k, v) for k, v in ex.map(one, parts) if v is not None]
+    return dict(done) if keep else sum(v for _, v in done)
 
 
 def reference(layout: Layout, data: np.ndarray, tmp: Path) -> dict[str, bytes]:
@@ -311,15 +323,14 @@ def measure(layout: Layout, layout_index: int, target: Target, args: Any) -> dic
             warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
             cpu_before = target.cpu_seconds()
             start = time.perf_counter()
-            result = target.write(stack, where, ds, data, layout, objects)
+            result = target.write(stack, where, ds, data, layout, objects, keep=round_ == 0)
             elapsed = time.perf_counter() - start
             cpu_after = target.cpu_seconds()
             if round_ == 0:
                 if stack == "encode":
-                    from xarray_zarrmax.shard_encode import joined
 
                     expected = {k: v for k, v in objects.items() if not k.endswith("zarr.json")}
-                    if {k: joined(v) for k, v in result.items()} != expected:
+                    if result != expected:
                         raise AssertionError(f"{layout.name}: the encode ceiling's objects differ from the stored ones")
                 else:
                     target.check(where, data)

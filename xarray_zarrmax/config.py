@@ -56,6 +56,10 @@ class Config:
         `to_zarr` sends an object larger than this (bytes) to S3 as a multipart upload, in parts of
         ``split_size`` (at least 5 MiB, S3's smallest part), up to 12 at once; smaller ones, and every
         conditional PUT (a merge of a partly written shard), in one request.
+    write_buffer_bytes
+        Most bytes of free buffers `to_zarr` keeps for reuse: chunks of 256 KiB and more are encoded into
+        buffers given back once written to a local directory, so the next chunk does not fault in fresh pages.
+        What is kept stays allocated between writes (up to this); 0 keeps none.
     """
 
     concurrency: int = 128
@@ -68,6 +72,7 @@ class Config:
     max_objects: int = 10**9
     task_bytes: int = 0
     multipart_threshold: int = 100 * 2**20
+    write_buffer_bytes: int = 256 * 2**20
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "threads", "split_size", "max_objects", "inflight_bytes", "multipart_threshold"):
@@ -78,6 +83,10 @@ class Config:
             raise ValueError(f"config coalesce_gap must be an integer >= 0. Got {self.coalesce_gap!r} instead.")
         if not isinstance(self.task_bytes, int) or self.task_bytes < 0:
             raise ValueError(f"config task_bytes must be an integer >= 0. Got {self.task_bytes!r} instead.")
+        if not isinstance(self.write_buffer_bytes, int) or self.write_buffer_bytes < 0:
+            raise ValueError(
+                f"config write_buffer_bytes must be an integer >= 0. Got {self.write_buffer_bytes!r} instead."
+            )
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"config retries must be an integer >= 0. Got {self.retries!r} instead.")
         if not 0.0 <= float(self.full_shard_fraction) <= 1.0:

@@ -3,10 +3,13 @@
 zarr-python's codec chain copies every chunk through its own buffers (4.1 ms against 0.9 ms of zstd for a
 3 MB chunk) and encodes the chunks of a shard one after the other. For the layouts nearly everyone writes --
 ``bytes`` then at most one ``zstd``, optionally inside a ``sharding_indexed`` codec with zarr's default index
-(``bytes`` little-endian + ``crc32c``) and Morton write order -- the bytes are produced here instead: the
-same numcodecs compressor zarr's ``ZstdCodec`` calls, on the same bytes its ``BytesCodec`` makes, the chunks
-of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid out and indexed as zarr's
-``ShardingCodec`` lays them out. Which chunks are left out as empty is decided by zarr's own
+(``bytes`` little-endian + ``crc32c``) and Morton write order -- the bytes are produced here instead: zstd
+at the level and settings zarr's ``ZstdCodec`` asks for, on the same bytes its ``BytesCodec`` makes, the
+chunks of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid out and indexed as
+zarr's ``ShardingCodec`` lays them out. Chunks below `POOLED_FROM_BYTES` go through the numcodecs compressor
+zarr calls (the same bytes zarr writes); larger ones through cramjam's zstd into a reused buffer
+(`_buffers`), a frame any zstd reads, which may differ from numcodecs' where the two bundle different zstd
+releases. Which chunks are left out as empty is decided by zarr's own
 ``chunk_is_empty``. A shard whose inner chunks use other codecs (blosc, gzip, crc32c, transpose, a nested
 shard) is laid out here too, each inner chunk encoded by zarr's own chain (`ChainEncoder`): which inner chunks
 a shard stores then follows the same rules whatever the codecs (none wholly outside the array; a merge keeps
@@ -25,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ._buffers import POOL, Reused
 from .config import get_config
 from .errors import CorruptDataError
 
@@ -41,7 +45,7 @@ class Pieces:
 
     __slots__ = ("nbytes", "parts")
 
-    def __init__(self, parts: Sequence[bytes]) -> None:
+    def __init__(self, parts: Sequence[bytes | Reused]) -> None:
         self.parts = tuple(parts)
         self.nbytes = sum(len(p) for p in self.parts)
 
@@ -55,23 +59,35 @@ class Pieces:
         return f"Pieces({len(self.parts)} parts, {self.nbytes} bytes)"
 
 
-#: What an encoder returns for one stored object: its bytes, whole or in parts.
-Encoded = bytes | Pieces
+#: What an encoder returns for one stored object: its bytes, whole (in a pooled buffer from a large chunk, see
+#: `_buffers`) or in parts.
+Encoded = bytes | Reused | Pieces
+
+#: Chunks of at least this many bytes (before compression) are encoded into pooled buffers: below it the
+#: allocator serves them from memory it keeps, and a buffer's 64 KiB granule would waste more than it saves.
+POOLED_FROM_BYTES = 256 << 10
 
 
 def joined(data: Encoded) -> bytes:
-    """``data`` as one bytes object (a copy only when it is in parts)."""
+    """``data`` as one bytes object (a copy unless it is one already)."""
     return data if isinstance(data, bytes) else bytes(data)
 
 
-def parts_of(data: Encoded) -> tuple[bytes, ...]:
+def parts_of(data: Encoded) -> tuple[bytes | Reused, ...]:
     """``data``'s parts, in order: itself when it is whole."""
     return data.parts if isinstance(data, Pieces) else (data,)
 
 
+def zstd_bound(nbytes: int) -> int:
+    """The most bytes zstd's one-shot compression of ``nbytes`` can produce (``ZSTD_COMPRESSBOUND``)."""
+    small = ((128 << 10) - nbytes) >> 11 if nbytes < (128 << 10) else 0
+    return nbytes + (nbytes >> 8) + small
+
+
 @dataclass(frozen=True)
 class PlainEncoder:
-    """``bytes`` (in ``endian``) then ``compressor`` (a numcodecs Zstd, or None)."""
+    """``bytes`` (in ``endian``) then ``compressor`` (zarr's numcodecs Zstd, or None): see the module docstring
+    for which library compresses."""
 
     endian: str | None
     compressor: Any
@@ -95,14 +111,25 @@ class PlainEncoder:
 
         return decode
 
-    def encode(self, values: np.ndarray) -> bytes:
+    def encode(self, values: np.ndarray) -> bytes | Reused:
         array = np.ascontiguousarray(values)
         if array.dtype.itemsize > 1 and self.endian is not None:
             stored = array.dtype.newbyteorder(">" if self.endian == "big" else "<")
             if stored != array.dtype:
                 array = array.astype(stored)
         raw = array.reshape(-1).view(np.uint8)
-        return raw.tobytes() if self.compressor is None else bytes(self.compressor.encode(raw))
+        compressor = self.compressor
+        if raw.nbytes < POOLED_FROM_BYTES or (compressor is not None and compressor.checksum):
+            # small chunks, and zstd's checksum flag (which cramjam does not set): numcodecs, as zarr encodes
+            return raw.tobytes() if compressor is None else bytes(compressor.encode(raw))
+        if compressor is None:
+            out = POOL.take(raw.nbytes)
+            out[:raw.nbytes] = raw
+            return Reused(out, raw.nbytes, POOL)
+        import cramjam  # zstd into our buffer, the GIL released; the same frame format as numcodecs writes
+
+        out = POOL.take(zstd_bound(raw.nbytes))
+        return Reused(out, cramjam.zstd.compress_into(raw, out, level=compressor.level), POOL)
 
 
 @dataclass(frozen=True)
@@ -170,7 +197,7 @@ class ShardEncoder:
         order = _write_order(self.grid)
         encode = self.inner.chunk_encoder(chunk_spec)
 
-        def one(coords: tuple[int, ...]) -> bytes | None:
+        def one(coords: tuple[int, ...]) -> bytes | Reused | None:
             decide = -1 if rule is None else int(rule[coords])
             if decide == 0:
                 return None
@@ -179,7 +206,8 @@ class ShardEncoder:
 
         return self._assemble(order, _map(pool, one, order), keep_index=keep_index)
 
-    def _assemble(self, order: list[tuple[int, ...]], parts: list[bytes | None], *, keep_index: bool) -> Pieces | None:
+    def _assemble(self, order: list[tuple[int, ...]], parts: list[bytes | Reused | None], *,
+                  keep_index: bool) -> Pieces | None:
         """The shard of ``parts`` (one per inner chunk in ``order``, None where left out) and its index."""
         present = [p for p in parts if p is not None]
         if not present and not keep_index:
@@ -220,7 +248,7 @@ class ShardEncoder:
             offset, length = (int(v) for v in index[coords])
             return bytes(memoryview(view(stored, offset, offset + length)).cast("B"))
 
-        def one(coords: tuple[int, ...]) -> bytes | None:
+        def one(coords: tuple[int, ...]) -> bytes | Reused | None:
             box = [slice(c * s, (c + 1) * s) for c, s in zip(coords, self.chunk_shape, strict=True)]
             overlap = [slice(max(b.start, w.start), min(b.stop, w.stop)) for b, w in zip(box, written, strict=True)]
             source = tuple(slice(o.start - w.start, o.stop - w.start) for o, w in zip(overlap, written, strict=True))

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from . import accounting
+from ._buffers import release
 from ._loop import gather_or_cancel, run_sync
 from .config import get_config
 from .errors import StoreAccessError
@@ -272,8 +273,11 @@ class LocalSink(Sink):
 
     def put(self, key: str, data: Encoded) -> None:
         path = self._path(key)
-        with self._naming("writing", key), self._locked(path, exclusive=False) as directory:
-            self._replace(directory, os.path.basename(path), data)
+        try:
+            with self._naming("writing", key), self._locked(path, exclusive=False) as directory:
+                self._replace(directory, os.path.basename(path), data)
+        finally:
+            release(parts_of(data))  # write(2) has copied the bytes, or failed: nothing reads them again
         accounting.record(self.label, "put", key, len(data))
 
     def delete(self, key: str) -> None:
@@ -295,7 +299,10 @@ class LocalSink(Sink):
                 if got is not None:
                     raise AssertionError(f"a merge of {key!r} asked to delete a stored object")
                 return
-            self._replace(directory, os.path.basename(path), new, exists=got is not None)
+            try:
+                self._replace(directory, os.path.basename(path), new, exists=got is not None)
+            finally:
+                release(parts_of(new))
         accounting.record(self.label, "put", key, len(new))
 
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
