@@ -503,6 +503,36 @@ def test_a_dataarray_is_written_as_dataarray_to_zarr_writes_it(tmp_path: Path, n
 # -- empty chunks -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["chunks", "shards"])
+def test_a_new_array_over_leftover_objects_reads_what_was_written(where: dict[str, Any], sharded: bool) -> None:
+    """A new array whose path still holds an older array's objects (its zarr.json gone, as an interrupted delete
+    leaves it): the objects it writes empty are deleted, as zarr-python deletes them, not read back as data.
+    Found by a review: they were kept, and both engines read the old values where NaN was written."""
+    encoding = {"v": {"chunks": (2,), "shards": (4,)} if sharded else {"chunks": (4,)}}
+    write(where, xr.Dataset({"v": ("x", np.arange(8.0))}), encoding=encoding, consolidated=False)
+    if where["target"].startswith("s3://"):
+        import obstore
+
+        obstore.delete(where["kwargs"]["oracle"].store, "v/zarr.json")  # the oracle's store: same bucket and prefix
+    else:
+        os.remove(Path(where["target"]) / "v/zarr.json")
+    new = xr.Dataset({"v": ("x", np.array([np.nan] * 4 + [1.0, 2.0, 3.0, 4.0]))})
+    with request_counts() as counts:
+        write(where, new, mode="a", encoding=encoding, consolidated=False)
+    assert counts.total("delete") == 1  # the one object now empty
+    check_reads(where["read"], new, consolidated=False, **where["kwargs"])
+
+
+def test_a_replaced_store_deletes_no_empty_object_key_by_key(tmp_path: Path) -> None:
+    """mode="w" deleted the whole store first: its empty objects cost no request each."""
+    ds = xr.Dataset({"v": ("x", np.array([np.nan] * 40 + [1.0] * 4))})
+    xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"v": {"chunks": (4,)}})
+    with request_counts() as counts:
+        xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", mode="w", encoding={"v": {"chunks": (4,)}})
+    assert counts.total("delete") == 2  # the store's prefix and the array's, as xarray's mode "w" asks
+    assert _chunk_files(tmp_path, "a.zarr/v") == 1
+
+
 @pytest.mark.parametrize("write_empty", [False, True])
 def test_write_empty_chunks(tmp_path: Path, write_empty: bool) -> None:
     ds = sample()
@@ -580,6 +610,22 @@ def test_an_existing_zarr_v2_store_is_refused_not_hidden(tmp_path: Path, how: st
     assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == before
     with xr.open_dataset(target, engine="zarr") as got:
         xr.testing.assert_identical(got.load(), old)
+
+
+@pytest.mark.parametrize("how", ["append", "group below"])
+def test_a_store_in_both_formats_is_written_as_v3(tmp_path: Path, how: str) -> None:
+    """A v3 store that also carries a v2 .zgroup (written for old readers) is v3 to every reader: writing into
+    it hides nothing, and xarray writes there (found by a review: refused as a v2 store)."""
+    target = tmp_path / "both.zarr"
+    old = xr.Dataset({"a": (("x",), np.arange(4.0))})
+    xarray_zarrmax.to_zarr(old, target, consolidated=False)
+    (target / ".zgroup").write_text('{"zarr_format": 2}')
+    if how == "append":
+        xarray_zarrmax.to_zarr(old, target, append_dim="x", consolidated=False)
+        check_reads(target, xr.concat([old, old], dim="x"), consolidated=False)
+    else:
+        xarray_zarrmax.to_zarr(old * 2, target, group="sub", mode="w", consolidated=False)
+        check_reads(target, old * 2, group="sub", consolidated=False)
 
 
 def test_mode_w_replaces_a_zarr_v2_store(tmp_path: Path) -> None:

@@ -59,11 +59,13 @@ class StagingStore(Store):
         """Every key set here, with its bytes."""
         return {k: v.to_bytes() for k, v in self.memory._store_dict.items()}
 
+    def cleared(self, path: str) -> bool:
+        """Whether this call deleted everything under ``path`` (a prefix deletion covering it, mode "w")."""
+        return any(p == "" or path == p or path.startswith(p.rstrip("/") + "/") for p in self.deleted_prefixes)
+
     def _hidden(self, key: str) -> bool:
         """Whether the base's object at ``key`` was deleted here."""
-        if key in self.deleted_keys:
-            return True
-        return any(p == "" or key == p or key.startswith(p.rstrip("/") + "/") for p in self.deleted_prefixes)
+        return key in self.deleted_keys or self.cleared(key)
 
     # -- zarr's Store interface ---------------------------------------------------------------------------
 

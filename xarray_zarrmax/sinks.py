@@ -110,6 +110,11 @@ class Sink:
         """Write every object at once (one concurrent batch where the store allows)."""
         raise NotImplementedError
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete every key (one concurrent batch where the store allows); a missing one is no error."""
+        for key in keys:
+            self.delete(key)
+
     def update_many(self, updates: Sequence[Update], in_flight: int) -> None:
         """`update` each, up to ``in_flight`` at once where the store's round trips make that worth it (here:
         one after another). Every update runs, also after one fails; then the first failure is raised, its
@@ -502,6 +507,9 @@ class ObstoreSink(Sink):
 
     def put_many(self, objects: Mapping[str, Encoded]) -> None:
         run_sync(gather_or_cancel(*(self.put_async(k, v) for k, v in objects.items())))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        run_sync(gather_or_cancel(*(self.delete_async(k) for k in keys)))
 
     def delete_prefix(self, prefix: str) -> None:
         run_sync(self._delete_prefix(prefix))

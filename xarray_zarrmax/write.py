@@ -63,7 +63,10 @@ class ArrayTarget:
 
     path: str  # the array's path in the store
     codec: ObjectCodec
-    fresh: bool  # the array did not exist before this call: no stored object to delete or merge with
+    fresh: bool  # the array did not exist before this call: no stored object to merge with
+    # This call deleted everything under the array's path (mode "w"): an empty object has nothing stored to
+    # delete. A new array elsewhere may sit on objects an older one left behind; zarr deletes those keys too.
+    cleared: bool
     # The array's shape in the store before this call (None: it did not exist; (): not known). Objects wholly
     # past it are most likely absent: their merge tries to create them before it reads anything.
     stored_shape: tuple[int, ...] | None
@@ -152,7 +155,8 @@ def _array_writes(recorder: _Recorder, staging: StagingStore) -> list[ArrayWrite
         # The array's own setting, as xarray resolved it (the argument, the variable's encoding, zarr's config)
         codec = ObjectCodec(metadata, bool(target.config.write_empty_chunks))
         codec.spec()  # a codec zarr cannot set up fails here, before any metadata is written
-        out.append(ArrayWrite(ArrayTarget(target.path, codec, before is None, before), source, start))
+        cleared = staging.cleared(target.path)
+        out.append(ArrayWrite(ArrayTarget(target.path, codec, before is None, cleared, before), source, start))
     return out
 
 
@@ -188,7 +192,8 @@ def _staged(ds: Any, sink: Sink, encoding: Mapping[str, Any] | None,
 def _refuse_v2(staging: StagingStore, staging_args: Mapping[str, Any]) -> None:
     """Refuse to write into a Zarr v2 group (the target group or one above it): a v3 group written beside its
     ``.zgroup`` would hide its arrays from every reader, which opens the v3 one. Mode "w" replaces the target
-    group itself, its v2 files included."""
+    group itself, its v2 files included. A level that holds a ``zarr.json`` already (a store written in both
+    formats) is v3 to every reader: writing there hides nothing, and xarray writes there too."""
     group = (staging_args.get("group") or "").strip("/")
     parts = group.split("/") if group else []
     prefixes = [("/".join(parts[:i]) + "/") if i else "" for i in range(len(parts) + 1)]
@@ -196,13 +201,18 @@ def _refuse_v2(staging: StagingStore, staging_args: Mapping[str, Any]) -> None:
                                         else "r+" if staging_args.get("region") is not None else "w-")
     if mode == "w":
         prefixes = prefixes[:-1]
-    keys = [f"{p}{name}" for p in prefixes for name in (".zgroup", ".zarray")]
-    if staging.base is None or not keys:
+    if staging.base is None or not prefixes:
         return
+    target = f"{group}/" if group else ""
+    keys = [f"{p}{name}" for p in prefixes for name in (".zgroup", ".zarray")]
+    above = [f"{p}zarr.json" for p in prefixes if p != target]  # the target's own is read below anyway
     # In the same round trip, the target group's document, which xarray's writer reads first (kept by staging)
-    found = run_sync(gather_or_cancel(*(staging.exists(k) for k in keys),
-                                      staging.base_bytes(f"{group}/zarr.json" if group else "zarr.json")))
-    v2 = [k for k, hit in zip(keys, found[:len(keys)], strict=True) if hit]
+    *found, document = run_sync(gather_or_cancel(*(staging.exists(k) for k in (*keys, *above)),
+                                                 staging.base_bytes(f"{target}zarr.json")))
+    v3 = {k.removesuffix("zarr.json") for k, hit in zip(above, found[len(keys):], strict=True) if hit}
+    if document is not None:
+        v3.add(target)
+    v2 = [k for k, hit in zip(keys, found, strict=False) if hit and k.rpartition(".")[0] not in v3]
     if v2:
         raise ValueError(
             f"{staging.label} holds a Zarr format 2 {'array' if v2[0].endswith('.zarray') else 'group'} "
@@ -349,8 +359,8 @@ def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: 
                     encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
                     if encoded is not None:
                         puts[key] = encoded
-                    elif not write.fresh:
-                        deletes.append(key)  # it may hold older data; a new array has nothing to delete
+                    elif not write.cleared:
+                        deletes.append(key)  # it may hold older data (a new array: an older one's leftovers)
                 else:
                     merge = _merger(codec, values[part.in_block], part.in_object, key)
                     updates.append(Update(key, merge, write.likely_new(part.coords)))
@@ -363,8 +373,7 @@ def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: 
         err.add_note(f"while writing {len(puts)} objects of array {write.path!r} to {sink.label}")
         raise
     try:
-        for key in deletes:
-            sink.delete(key)
+        sink.delete_many(deletes)
     except Exception as err:
         err.add_note(f"while deleting objects of array {write.path!r} from {sink.label}")
         raise
@@ -573,7 +582,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         batch = later if compute or is_dask_collection(w.data) else now
         if not compute and batch is later:
             # computed at some later time, when a new array may hold what others wrote into it meanwhile
-            w = replace(w, target=replace(w.target, fresh=False))
+            w = replace(w, target=replace(w.target, fresh=False, cleared=False))
         batch[0].append(a)
         batch[2].extend(_block_tasks(w, a, sink, collecting, batch[1]))
     if now[2]:
