@@ -352,3 +352,86 @@ def test_big_endian_datetime_index_keeps_its_dtype_as_engine_zarr(tmp_path, chun
     oracle = xr.open_dataset(tmp_path / "be", engine="zarr", chunks=chunks, consolidated=False)
     assert ours["t"].dtype == oracle["t"].dtype == np.dtype(">M8[ns]")
     xr.testing.assert_identical(ours.load(), oracle.load())
+
+
+def _coordinate_store(path) -> zarr.Group:
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group.create_array("x", shape=(4,), dtype="i8", chunks=(2,), dimension_names=["x"])[:] = [0, 1, 2, 3]
+    group.create_array("v", shape=(4,), dtype="f8", chunks=(2,), dimension_names=["x"])[:] = 1.0
+    return group
+
+
+@pytest.mark.parametrize("chunks", [None, {}])
+@pytest.mark.parametrize("how", ["open_dataset", "open_datatree", "open_groups"])
+def test_a_coordinate_without_an_index_is_read_when_used(tmp_path, chunks, how):
+    """With create_default_indexes=False xarray builds no index at open, so engine="zarr" reads the coordinate
+    when it is used: after the store changed, its new values. Read at the open, it kept the old ones (found by
+    a review); with indexes (the default) both engines read it at the open."""
+    path = tmp_path / "c.zarr"
+    group = _coordinate_store(path)
+    opened = {}
+    for engine in ("zarr", "zarrmax"):
+        kwargs = {"engine": engine, "chunks": chunks, "create_default_indexes": False, "consolidated": False}
+        if how == "open_dataset":
+            opened[engine] = xr.open_dataset(path, **kwargs)
+        elif how == "open_datatree":
+            opened[engine] = xr.open_datatree(path, **kwargs).to_dataset()
+        else:
+            opened[engine] = xr.open_groups(path, **kwargs)["/"]
+    with_index = xr.open_dataset(path, engine="zarrmax", chunks=chunks, consolidated=False)
+    group["x"][:] = [10, 11, 12, 13]
+    for engine, ds in opened.items():
+        assert not ds.xindexes and ds["x"].values.tolist() == [10, 11, 12, 13], engine
+    assert with_index["x"].values.tolist() == [0, 1, 2, 3]  # the index of the open, as engine="zarr" has it
+
+
+def test_a_corrupt_coordinate_without_an_index_fails_only_when_read(tmp_path):
+    """Without default indexes the coordinate is not read at open: a corrupt chunk of it fails its own read, as
+    with engine="zarr", not the open of every other variable."""
+    path = tmp_path / "c.zarr"
+    _coordinate_store(path)
+    (path / "x" / "c" / "1").write_bytes(b"\x28\xb5\x2f\xfd not zstd")
+    for engine in ("zarr", "zarrmax"):
+        ds = xr.open_dataset(path, engine=engine, create_default_indexes=False, consolidated=False)
+        assert ds["v"].values.tolist() == [1.0] * 4, engine
+        with pytest.raises(Exception) as raised:
+            ds["x"].values
+        assert isinstance(raised.value, (RuntimeError, ValueError)), (engine, raised.value)
+
+
+@pytest.mark.parametrize("how", ["open_dataset", "open_datatree", "open_groups"])
+def test_drop_variables_may_be_any_iterable(tmp_path, how):
+    """drop_variables given as an iterator was spent before xarray's decoding saw it, which then dropped
+    nothing (found by a review)."""
+    path = tmp_path / "c.zarr"
+    _coordinate_store(path)
+    got = {}
+    for engine in ("zarr", "zarrmax"):
+        drop = (name for name in ["v"])
+        if how == "open_dataset":
+            ds = xr.open_dataset(path, engine=engine, drop_variables=drop, consolidated=False)
+        elif how == "open_datatree":
+            ds = xr.open_datatree(path, engine=engine, drop_variables=drop, consolidated=False).to_dataset()
+        else:
+            ds = xr.open_groups(path, engine=engine, drop_variables=drop, consolidated=False)["/"]
+        got[engine] = sorted(ds.variables)
+    assert got["zarrmax"] == got["zarr"] == ["x"]
+
+
+@pytest.mark.parametrize("how", ["open_dataset", "open_datatree", "open_groups"])
+@pytest.mark.parametrize("indexes", [True, False, None])
+def test_index_coordinates_are_read_during_the_open_when_xarray_builds_indexes(tmp_path, monkeypatch, how, indexes):
+    """xarray keeps create_default_indexes to itself: the backend reads it from xarray's frame, and reads index
+    coordinates during the open (one concurrent batch with the metadata) exactly when xarray builds indexes."""
+    path = tmp_path / "c.zarr"
+    _coordinate_store(path)
+    seen = []
+    for name in ("open", "open_tree"):
+        real = getattr(ZarrmaxStore, name).__func__
+        monkeypatch.setattr(ZarrmaxStore, name, classmethod(
+            lambda cls, *a, _real=real, **kw: seen.append(kw["preload_indexes"]) or _real(cls, *a, **kw)))
+    kwargs = {} if indexes is None else {"create_default_indexes": indexes}
+    getattr(xr, how)(path, engine="zarrmax", consolidated=False, **kwargs)
+    assert seen == [indexes is not False]
+    ZarrmaxBackendEntrypoint().open_dataset(path, consolidated=False)  # not through xarray: nothing read early
+    assert seen[-1] is False

@@ -12,6 +12,7 @@ import inspect
 import math
 import os
 import posixpath
+import sys
 import threading
 import uuid
 import warnings
@@ -224,8 +225,11 @@ class ZarrmaxStore(AbstractDataStore):
     """An xarray data store over a loaded `GroupNode`; variables are lazy."""
 
     def __init__(self, source: ByteSource, *, use_zarr_fill_value_as_mask: bool | None = None,
-                 dropped: Iterable[str] = (), device: DeviceSpec = None) -> None:
+                 dropped: Iterable[str] = (), device: DeviceSpec = None, preload_indexes: bool = True) -> None:
         self.source = source
+        # Read index coordinates during the open: right only where xarray builds indexes from them then (see
+        # `_xarray_builds_indexes`); a coordinate left lazy is read when used, as engine="zarr" reads it.
+        self.preload_indexes = preload_indexes
         self.device = device
         self.token = uuid.uuid4().hex
         self.dropped = set(dropped)
@@ -240,9 +244,10 @@ class ZarrmaxStore(AbstractDataStore):
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
              zarr_format: int | None = None, variables: Iterable[str] | None = None,
              use_zarr_fill_value_as_mask: bool | None = None, dropped: Iterable[str] = (),
-             device: DeviceSpec = None) -> ZarrmaxStore:
-        """Load the group's metadata, reading index coordinates as their metadata arrives."""
-        store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped, device=device)
+             device: DeviceSpec = None, preload_indexes: bool = True) -> ZarrmaxStore:
+        """Load the group's metadata, reading index coordinates as their metadata arrives (``preload_indexes``)."""
+        store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped, device=device,
+                    preload_indexes=preload_indexes)
         wanted = None if variables is None else set(variables)
         store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
                                           variables=wanted, on_array=store.on_array))
@@ -257,7 +262,8 @@ class ZarrmaxStore(AbstractDataStore):
     @classmethod
     def open_tree(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
                   zarr_format: int | None = None, use_zarr_fill_value_as_mask: bool | None = None,
-                  dropped: Iterable[str] = (), device: DeviceSpec = None) -> dict[str, ZarrmaxStore]:
+                  dropped: Iterable[str] = (), device: DeviceSpec = None,
+                  preload_indexes: bool = True) -> dict[str, ZarrmaxStore]:
         """One store per group at and below ``group``, keyed by path in the store ("" for the root): the whole
         hierarchy's metadata in the fewest round trips (`tree.load_tree`), the index coordinates of every group
         read in one concurrent batch as their metadata arrives."""
@@ -268,7 +274,7 @@ class ZarrmaxStore(AbstractDataStore):
             store = stores.get(path)
             if store is None:
                 store = stores[path] = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                                           dropped=dropped, device=device)
+                                           dropped=dropped, device=device, preload_indexes=preload_indexes)
             return store
 
         async def on_array(path: str, node: ArrayNode) -> None:
@@ -424,7 +430,7 @@ class ZarrmaxStore(AbstractDataStore):
     async def on_array(self, node: ArrayNode) -> None:
         """Called by `load_group` as each array's metadata arrives: the variable is built (index coordinates
         read first) while later metadata is still in flight, so little is left to do after the last response."""
-        if node.name not in self.dropped and self.is_index_coordinate(node):
+        if self.preload_indexes and node.name not in self.dropped and self.is_index_coordinate(node):
             await self.preload_index(node)
         try:
             self._variables[node.name] = self.open_store_variable(node)
@@ -650,6 +656,28 @@ def _tree_key(path: str, gpath: str, relative: bool) -> str:
     return (path[len(gpath):].lstrip("/") if gpath else path) or "."
 
 
+#: xarray's functions that open through a backend and then build indexes unless told not to
+_XARRAY_OPENERS = frozenset({"open_dataset", "open_datatree", "open_groups"})
+
+
+def _xarray_builds_indexes() -> bool:
+    """Whether the xarray function opening through this backend builds default indexes at open: its
+    ``create_default_indexes`` (True by default), which xarray keeps to itself rather than pass to backends.
+    Read from that function's frame, a few calls up (an entrypoint method, perhaps another one of ours, then
+    xarray's). Only then are index coordinates read during the open; a coordinate xarray leaves lazy must be
+    read when it is used, as engine="zarr" reads it (read at the open, it kept the values of that moment
+    after the store changed: found by a review). Called by anything else: False, a read later, never stale."""
+    frame = sys._getframe(1)
+    for _ in range(4):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__") == "xarray.backends.api" and frame.f_code.co_name in _XARRAY_OPENERS:
+            # an xarray older than the option always built them
+            return bool(frame.f_locals.get("create_default_indexes", True))
+    return False
+
+
 class ZarrmaxBackendEntrypoint(BackendEntrypoint):
     """Read Zarr v2/v3 shard by shard, at the speed of the storage: ``engine="zarrmax"``."""
 
@@ -696,17 +724,18 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         source = resolve_source(filename_or_obj, storage_options)
         if isinstance(variables, str):
             variables = [variables]
+        # a list, read once: an iterator would be spent here and drop nothing in xarray's decoding
         dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
         store = ZarrmaxStore.open(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                   variables=variables, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                                  dropped=dropped, device=device)
+                                  dropped=dropped, device=device, preload_indexes=_xarray_builds_indexes())
         return StoreBackendEntrypoint().open_dataset(
             store,
             mask_and_scale=mask_and_scale,
             decode_times=decode_times,
             concat_characters=concat_characters,
             decode_coords=decode_coords,
-            drop_variables=drop_variables,
+            drop_variables=dropped,
             use_cftime=use_cftime,
             decode_timedelta=decode_timedelta,
         )
@@ -739,7 +768,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
         stores = ZarrmaxStore.open_tree(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped,
-                                        device=device)
+                                        device=device, preload_indexes=_xarray_builds_indexes())
         gpath = parse_group_path(group)
         entrypoint = StoreBackendEntrypoint()
         return {
@@ -749,7 +778,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
                 decode_times=decode_times,
                 concat_characters=concat_characters,
                 decode_coords=decode_coords,
-                drop_variables=drop_variables,
+                drop_variables=dropped,
                 use_cftime=use_cftime,
                 decode_timedelta=decode_timedelta,
             )
