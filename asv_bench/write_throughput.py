@@ -239,7 +239,7 @@ def encode_all(values: np.ndarray, layout: Layout, reference: dict[str, bytes], 
 
     def one(part: Any) -> tuple[str, Any]:
         key = "v/" + metadata.encode_chunk_key(part.coords)
-        encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block))
+        encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), pooled=True)
         if encoded is None or keep:
             return key, None if encoded is None else joined(encoded)
         release(parts_of(encoded))

@@ -62,10 +62,11 @@ def test_large_chunks_are_encoded_into_pooled_buffers(monkeypatch: pytest.Monkey
     the threshold is encoded as zarr encodes it, to the same bytes."""
     encoder = shard_encode.plain_encoder((BytesCodec(), ZstdCodec(level=1)), np.dtype("f8"))
     assert encoder is not None
-    large = encoder.encode(_values(1, True))
+    large = encoder.encode(_values(1, True), pooled=True)
     assert isinstance(large, Reused) and len(large) < CHUNK * 8
+    assert isinstance(encoder.encode(_values(1, True)), bytes)  # for a sink that gives nothing back
     small_values = _values(1, True)[:1000]
-    small = encoder.encode(small_values)
+    small = encoder.encode(small_values, pooled=True)
     assert isinstance(small, bytes)
     spec_codecs = zarr.create_array(zarr.storage.MemoryStore(), shape=(1000,), chunks=(1000,), dtype="f8",
                                     compressors=[ZstdCodec(level=1)])
@@ -136,3 +137,15 @@ def test_the_config_limits_what_is_kept() -> None:
     with pytest.raises(ValueError, match=r"config write_buffer_bytes must be an integer >= 0. Got -1 instead"):
         with set_config(write_buffer_bytes=-1):
             pass
+
+
+def test_only_a_sink_that_gives_buffers_back_gets_pooled_ones(where: dict[str, Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffer nobody gives back costs more than bytes: S3 writes encode into bytes, local ones into the pool."""
+    taken: list[int] = []
+    take = shard_encode.POOL.take
+    monkeypatch.setattr(shard_encode.POOL, "take", lambda n: taken.append(n) or take(n))
+    ds = xr.Dataset({"v": ("x", _values(8, False))}).chunk({"x": 4 * CHUNK})
+    write(where, ds, encoding={"v": {"chunks": (CHUNK,), "shards": (4 * CHUNK,)}})
+    assert len(taken) == (0 if where["target"].startswith("s3://") else 8), taken
+    _check_both_engines(where["read"], ds, **where["kwargs"])

@@ -135,6 +135,10 @@ class Sink:
     #: Whether the target can hold Zarr format 2 groups (`to_zarr` refuses to write into one).
     may_hold_v2 = True
 
+    #: Whether `put` gives an object's pooled buffers back once written (`_buffers`): only then are chunks
+    #: encoded into them.
+    gives_back_buffers = False
+
     #: Whether data tasks return something the caller must `collect` (see `task_result`).
     collects = False
 
@@ -162,6 +166,7 @@ class LocalSink(Sink):
     """A directory on a local file system; see the module docstring."""
 
     source: LocalSource
+    gives_back_buffers = True  # write(2) has copied the bytes when it returns
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.source = LocalSource(root)

@@ -356,7 +356,8 @@ def write_blocks(blocks: Sequence[Any], write: ArrayTarget, sink: Sink, starts: 
                 # (an append since): replaced whole only where the array is new, else merged like any partial
                 # write.
                 if part.whole and (write.fresh or inside == codec.object_shape):
-                    encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside)
+                    encoded = codec.encode(_full_object(codec, values, part.in_object, part.in_block), inside=inside,
+                                           pooled=sink.gives_back_buffers)
                     if encoded is not None:
                         puts[key] = encoded
                     elif not write.cleared:

@@ -70,12 +70,13 @@ class ObjectCodec:
                 or shard_encoder(self.metadata.codecs, self.dtype, self.object_shape))
 
     def encode(self, values: np.ndarray, *, keep_empty: bool = False,
-               inside: tuple[int, ...] | None = None) -> Encoded | None:
+               inside: tuple[int, ...] | None = None, pooled: bool = False) -> Encoded | None:
         """The stored bytes of an object holding ``values`` (full object shape; a shard's in parts), or None when, with
         ``write_empty_chunks=False``, it is all fill value and must not be stored. ``keep_empty`` stores it
         even then (a merge that cleared an object replaces it conditionally rather than deleting it).
         ``inside``: the object's elements inside the array per dimension (an edge shard's inner chunks wholly
-        outside it are never stored, as zarr leaves them out)."""
+        outside it are never stored, as zarr leaves them out). ``pooled``: large chunks in pooled buffers, for a
+        sink that gives them back once written (`shard_encode.PlainEncoder.encode`)."""
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.chunk_utils import chunk_is_empty
 
@@ -86,10 +87,11 @@ class ObjectCodec:
             return None
         fast = self._fast
         if isinstance(fast, PlainEncoder):
-            return fast.encode(array)
+            return fast.encode(array, pooled=pooled)
         if isinstance(fast, ShardEncoder):
             rule = None if inside is None else np.where(fast.outside(inside), 0, -1).astype(np.int8)
-            return fast.encode(array, self._inner_spec(spec), _pool(), rule=rule, keep_index=keep_empty)
+            return fast.encode(array, self._inner_spec(spec), _pool(), rule=rule, keep_index=keep_empty,
+                               pooled=pooled)
         encoded = self._transform.encode_chunk(nd, spec)
         return None if encoded is None else encoded.to_bytes()
 
