@@ -7,9 +7,9 @@ zarr-python's codec chain copies every chunk through its own buffers (4.1 ms aga
 at the level and settings zarr's ``ZstdCodec`` asks for, on the same bytes its ``BytesCodec`` makes, the
 chunks of a shard encoded in parallel on the decode pool (zstd releases the GIL), laid out and indexed as
 zarr's ``ShardingCodec`` lays them out. Chunks below `POOLED_FROM_BYTES` go through the numcodecs compressor
-zarr calls (the same bytes zarr writes); larger ones through cramjam's zstd into a reused buffer
-(`_buffers`), a frame any zstd reads, which may differ from numcodecs' where the two bundle different zstd
-releases. Which chunks are left out as empty is decided by zarr's own
+zarr calls (the same bytes zarr writes); larger ones, for a sink that gives buffers back (local), through
+cramjam's zstd into a reused buffer (`_buffers`), a frame any zstd reads, which may differ from numcodecs'
+where the two bundle different zstd releases. Which chunks are left out as empty is decided by zarr's own
 ``chunk_is_empty``. A shard whose inner chunks use other codecs (blosc, gzip, crc32c, transpose, a nested
 shard) is laid out here too, each inner chunk encoded by zarr's own chain (`ChainEncoder`): which inner chunks
 a shard stores then follows the same rules whatever the codecs (none wholly outside the array; a merge keeps
