@@ -418,6 +418,98 @@ def test_drop_variables_may_be_any_iterable(tmp_path, how):
     assert got["zarrmax"] == got["zarr"] == ["x"]
 
 
+def _opened(how, path, **kwargs):
+    if how == "open_dataset":
+        return xr.open_dataset(path, consolidated=False, **kwargs)
+    if how == "open_datatree":
+        return xr.open_datatree(path, consolidated=False, **kwargs).to_dataset()
+    return xr.open_groups(path, consolidated=False, **kwargs)["/"]
+
+
+def _outcome(call):
+    try:
+        return sorted(call().variables)
+    except Exception as err:  # noqa: BLE001 - the type is what is compared
+        return type(err).__name__
+
+
+@pytest.mark.parametrize("how", ["open_dataset", "open_datatree", "open_groups"])
+@pytest.mark.parametrize("drop", [0, False, np.array(["v", "x"]), pd.Index(["x"]), ("v",), {"x", "v"}],
+                         ids=["zero", "false", "ndarray", "pd-index", "tuple", "set"])
+def test_drop_variables_is_read_as_xarray_reads_it(tmp_path, how, drop):
+    """drop_variables is whatever xarray's decoding takes: set() of it. A falsy non-iterable was taken for
+    "none" (engine="zarr": TypeError), a NumPy array or pandas Index failed on its truth value (engine="zarr"
+    drops its names); found by a review."""
+    path = tmp_path / "c.zarr"
+    _coordinate_store(path)
+    got = {engine: _outcome(lambda engine=engine: _opened(how, path, engine=engine, drop_variables=drop))
+           for engine in ("zarr", "zarrmax")}
+    assert got["zarrmax"] == got["zarr"]
+
+
+def test_drop_variables_as_a_generator_drops_in_every_group(tmp_path):
+    """Declared (docs/design.md): a generator drops its names in every group, as a list does; engine="zarr"
+    spends it on the first group decoded."""
+    group = _coordinate_store(tmp_path / "c.zarr")
+    child = group.create_group("child")
+    child.create_array("v", shape=(2,), dtype="f8", dimension_names=["y"])[:] = 2.0
+    child.create_array("w", shape=(2,), dtype="f8", dimension_names=["y"])[:] = 3.0
+    groups = xr.open_groups(tmp_path / "c.zarr", engine="zarrmax", consolidated=False,
+                            drop_variables=(name for name in ["v"]))
+    assert {key: sorted(ds.variables) for key, ds in groups.items()} == {"/": ["x"], "/child": ["w"]}
+
+
+class _RenamingBackend(ZarrmaxBackendEntrypoint):
+    """A user's backend that post-processes ours: xarray then indexes nothing of what we read."""
+
+    def open_dataset(self, filename_or_obj, **kwargs):  # type: ignore[override]
+        return super().open_dataset(filename_or_obj, **kwargs).rename_vars({"x": "x_raw"})
+
+
+@pytest.mark.parametrize("chunks", [None, {}])
+def test_a_coordinate_renamed_by_a_wrapping_backend_is_read_when_used(tmp_path, chunks):
+    """xarray builds default indexes from what the outermost backend returns; a wrapper that renames our index
+    coordinate leaves it without one, so it must be read when used, as engine="zarr" reads it. Read at the open
+    (the frame of xarray's open_dataset was found two calls up), it kept the values of that moment after the
+    store changed: found by a review."""
+    path = tmp_path / "c.zarr"
+    group = _coordinate_store(path)
+    ds = xr.open_dataset(path, engine=_RenamingBackend, chunks=chunks, consolidated=False)
+    group["x"][:] = [10, 11, 12, 13]
+    assert not ds.xindexes
+    assert ds["x_raw"].values.tolist() == [10, 11, 12, 13]
+
+
+@pytest.mark.parametrize("indexes", [True, False])
+def test_an_index_coordinate_stays_on_the_host_with_a_device(tmp_path, monkeypatch, indexes):
+    """With device=, an index coordinate is host data whether or not xarray indexes it (read at the open or
+    when used); data variables go through the device."""
+    import xarray_zarrmax.device_read as device_read
+    from xarray_zarrmax.devices import HostDevice
+
+    path = tmp_path / "c.zarr"
+    _coordinate_store(path)
+    on_device = []
+    real = device_read.read_selection_on
+    monkeypatch.setattr(device_read, "read_selection_on",
+                        lambda device, plan, *a, **kw: on_device.append(plan.name) or real(device, plan, *a, **kw))
+    ds = xr.open_dataset(path, engine="zarrmax", consolidated=False, device=HostDevice(),
+                         create_default_indexes=indexes)
+    assert ds["x"].values.tolist() == [0, 1, 2, 3] and ds["v"].values.tolist() == [1.0] * 4
+    assert on_device == ["v"]
+
+
+def test_array_dimensions_given_as_a_mapping_name_its_keys(tmp_path):
+    """engine="zarr" iterates a v2 array's _ARRAY_DIMENSIONS: a JSON object gives its keys (found by a
+    review: zarrmax refused it)."""
+    group = zarr.open_group(tmp_path / "d.zarr", mode="w", zarr_format=2)
+    group.create_array("v", shape=(3,), dtype="i4", attributes={"_ARRAY_DIMENSIONS": {"a": 1}})[:] = [1, 2, 3]
+    ours = xr.open_dataset(tmp_path / "d.zarr", engine="zarrmax", consolidated=False)
+    oracle = xr.open_dataset(tmp_path / "d.zarr", engine="zarr", consolidated=False)
+    assert ours["v"].dims == oracle["v"].dims == ("a",)
+    xr.testing.assert_identical(ours.load(), oracle.load())
+
+
 @pytest.mark.parametrize("how", ["open_dataset", "open_datatree", "open_groups"])
 @pytest.mark.parametrize("indexes", [True, False, None])
 def test_index_coordinates_are_read_during_the_open_when_xarray_builds_indexes(tmp_path, monkeypatch, how, indexes):

@@ -139,6 +139,42 @@ def test_the_config_limits_what_is_kept() -> None:
             pass
 
 
+def test_a_lowered_limit_frees_what_the_pool_kept_beyond_it() -> None:
+    """Lowering write_buffer_bytes frees kept buffers at the next give-back, largest first (a review found
+    them kept until the process ended)."""
+    pool = BufferPool()
+    with set_config(write_buffer_bytes=8 * _buffers.GRANULE):
+        for b in [pool.take(_buffers.GRANULE), pool.take(3 * _buffers.GRANULE), pool.take(_buffers.GRANULE)]:
+            pool.give(b)
+        assert pool.kept_bytes() == 5 * _buffers.GRANULE
+    with set_config(write_buffer_bytes=2 * _buffers.GRANULE):
+        pool.give(pool.take(_buffers.GRANULE))  # the same small buffer back; the large one is freed
+        assert pool.kept_bytes() == 2 * _buffers.GRANULE
+        assert pool.take(3 * _buffers.GRANULE).nbytes == 3 * _buffers.GRANULE  # a fresh one: none kept
+        assert pool.kept_bytes() == 2 * _buffers.GRANULE
+
+
+def test_a_forked_child_takes_buffers_even_if_forked_while_the_pool_was_locked() -> None:
+    """A child forked while another thread held the pool's lock inherited it held, and its first pooled write
+    hung (found by a review): the child gets a new lock and an empty pool."""
+    import os
+    import signal
+
+    _buffers.POOL.give(_buffers.POOL.take(1))
+    with _buffers.POOL._lock:  # as a parent's encoder thread holds it at the moment of fork
+        pid = os.fork()
+        if pid == 0:  # the child: a hang is killed by the alarm, a wrong pool exits 1
+            signal.alarm(10)
+            try:
+                kept = _buffers.POOL.kept_bytes()
+                _buffers.POOL.give(_buffers.POOL.take(1))
+                os._exit(0 if kept == 0 else 1)
+            finally:
+                os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
 def test_only_a_sink_that_gives_buffers_back_gets_pooled_ones(where: dict[str, Any],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A buffer nobody gives back costs more than bytes: S3 writes encode into bytes, local ones into the pool."""

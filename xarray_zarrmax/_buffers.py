@@ -16,6 +16,7 @@ as a bytes object would be.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -51,6 +52,12 @@ class BufferPool:
         """Keep ``buffer`` for reuse: the caller must hold no view of it any more."""
         limit = get_config().write_buffer_bytes if self.keep_bytes is None else self.keep_bytes
         with self._lock:
+            while self._kept > limit:  # the limit was lowered since: free the oldest of the largest class
+                size = max(self._free)
+                self._free[size].pop(0)
+                self._kept -= size
+                if not self._free[size]:
+                    del self._free[size]
             if self._kept + buffer.nbytes <= limit:
                 self._free.setdefault(buffer.nbytes, []).append(buffer)
                 self._kept += buffer.nbytes
@@ -66,8 +73,16 @@ class BufferPool:
             self._kept = 0
 
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: a new lock (one held by a parent's thread would never open) and nothing kept."""
+        self._lock = threading.Lock()
+        self._free = {}
+        self._kept = 0
+
+
 #: The pool the encoders take from (one per process: buffers are sized by object, not by array).
 POOL = BufferPool()
+os.register_at_fork(after_in_child=POOL.forget_after_fork)
 
 
 class Reused:

@@ -313,6 +313,8 @@ class ZarrmaxStore(AbstractDataStore):
         names: Any = attrs.pop(DIMENSION_KEY) if DIMENSION_KEY in attrs else self._nczarr_dimensions(node)
         if isinstance(names, str):
             names = [names]  # xarray takes a string as one name (so "yx" on a 2-d array is an error, not y and x)
+        elif isinstance(names, dict):
+            names = list(names)  # engine="zarr" iterates it: the keys are the names
         if not isinstance(names, list | tuple):  # engine="zarr": TypeError, from iterating it
             raise MetadataTypeError(
                 f"array {node.name!r} of {self.source.label}: attribute {DIMENSION_KEY!r} must be a list of "
@@ -396,6 +398,10 @@ class ZarrmaxStore(AbstractDataStore):
             # Index coordinates stay on the host: pandas builds the index from them. Lazily wrapped, as
             # engine="zarr" hands them over: a bare array would have xarray make a big-endian datetime native.
             data: Any = indexing.LazilyIndexedArray(indexing.NumpyIndexingAdapter(preloaded))
+        elif self.device is not None and self.is_index_coordinate(node):
+            # not read at the open (xarray builds no index here), it stays on the host as a read one does: its
+            # values are labels, on the host whether or not xarray indexes them
+            data = indexing.LazilyIndexedArray(self.wrapper(node, on_host=True))
         elif self.device == "cuda":
             data = _device_dask_array(wrapper, outer, f"zarrmax-{self.token}-{node.name}")
         else:
@@ -661,21 +667,33 @@ _XARRAY_OPENERS = frozenset({"open_dataset", "open_datatree", "open_groups"})
 
 
 def _xarray_builds_indexes() -> bool:
-    """Whether the xarray function opening through this backend builds default indexes at open: its
-    ``create_default_indexes`` (True by default), which xarray keeps to itself rather than pass to backends.
-    Read from that function's frame, a few calls up (an entrypoint method, perhaps another one of ours, then
-    xarray's). Only then are index coordinates read during the open; a coordinate xarray leaves lazy must be
-    read when it is used, as engine="zarr" reads it (read at the open, it kept the values of that moment
-    after the store changed: found by a review). Called by anything else: False, a read later, never stale."""
-    frame = sys._getframe(1)
-    for _ in range(4):
-        frame = frame.f_back  # type: ignore[assignment]
-        if frame is None:
-            return False
-        if frame.f_globals.get("__name__") == "xarray.backends.api" and frame.f_code.co_name in _XARRAY_OPENERS:
-            # an xarray older than the option always built them
-            return bool(frame.f_locals.get("create_default_indexes", True))
-    return False
+    """Whether xarray builds default indexes from what the calling entrypoint method returns: true only where
+    that method was called by xarray's opener itself (``open_dataset``, ``open_datatree``, ``open_groups``),
+    directly or through our own `ZarrmaxBackendEntrypoint.open_datatree`, and that opener's
+    ``create_default_indexes`` (True by default; xarray keeps it to itself rather than pass it to backends)
+    is true. Only then are index coordinates read during the open.
+
+    Called any other way (by a wrapper or a subclass's override, which may rename, select or drop before
+    xarray sees the result, or not through xarray at all): False. A coordinate read at the open that xarray
+    then builds no index from would keep the values of that moment after the store changed (found by a
+    review); read when used, as engine="zarr" reads it, it is never stale, only read later."""
+    caller = sys._getframe(2)  # the caller of the entrypoint method that asks
+    while caller is not None and caller.f_code is _OPEN_DATATREE_CODE:
+        caller = caller.f_back  # type: ignore[assignment]
+    if caller is None or caller.f_globals.get("__name__") != "xarray.backends.api":
+        return False
+    if caller.f_code.co_name not in _XARRAY_OPENERS:
+        return False
+    return bool(caller.f_locals.get("create_default_indexes", True))  # an xarray older than the option: True
+
+
+def _dropped_names(drop_variables: Any) -> set[Any]:
+    """``drop_variables`` as xarray's decoding reads it (a string is one name, None none, anything else
+    ``set()`` of it, with the same errors), read once: an iterator passed on would be spent here and drop
+    nothing in xarray's decoding."""
+    if isinstance(drop_variables, str):
+        return {drop_variables}
+    return set() if drop_variables is None else set(drop_variables)
 
 
 class ZarrmaxBackendEntrypoint(BackendEntrypoint):
@@ -724,8 +742,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         source = resolve_source(filename_or_obj, storage_options)
         if isinstance(variables, str):
             variables = [variables]
-        # a list, read once: an iterator would be spent here and drop nothing in xarray's decoding
-        dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
+        dropped = _dropped_names(drop_variables)
         store = ZarrmaxStore.open(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                   variables=variables, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
                                   dropped=dropped, device=device, preload_indexes=_xarray_builds_indexes())
@@ -765,7 +782,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
 
         device = _parse_device(device)
         source = resolve_source(filename_or_obj, storage_options)
-        dropped = [drop_variables] if isinstance(drop_variables, str) else list(drop_variables or ())
+        dropped = _dropped_names(drop_variables)
         stores = ZarrmaxStore.open_tree(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped,
                                         device=device, preload_indexes=_xarray_builds_indexes())
@@ -828,3 +845,6 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
 
             return DataTree.from_dict(groups)
         return datatree_from_dict_with_io_cleanup(groups)
+
+
+_OPEN_DATATREE_CODE = ZarrmaxBackendEntrypoint.open_datatree.__code__
