@@ -1736,3 +1736,41 @@ def test_local_put_never_lands_inside_a_merge(tmp_path: Path) -> None:
         pending.result()
     assert (tmp_path / "v/c/0").read_bytes() == b"put during the merge"
     assert (tmp_path / "v/c/1").read_bytes() == b"other"
+
+
+_EMPTY_CASES = [  # (dtype, fill value, first element, rest)
+    *[(dt, fill, first, rest) for dt in ("f4", "f8", "f2")
+      for fill in (0.0, -0.0, np.nan, 1.5, np.inf)
+      for first in (0.0, -0.0, np.nan, 1.5, np.inf, 2.0)
+      for rest in ("fill", "other")],
+    *[(dt, fill, first, rest) for dt in ("i1", "u8", "i8", "?")
+      for fill in (0, 1) for first in (0, 1) for rest in ("fill", "other")],
+    ("u8", 2**63 + 1, 2**63, "fill"),  # equal as float64, different as integers
+    ("f8", np.nan, np.frombuffer(np.uint64(0x7FF8000000000001).tobytes(), "f8")[0], "fill"),  # another NaN
+    ("f8", np.nan, -np.nan, "fill"),
+]
+
+
+@pytest.mark.parametrize("dtype, fill, first, rest", _EMPTY_CASES)
+def test_empty_chunks_are_decided_as_zarr_decides(dtype: str, fill: Any, first: Any, rest: str) -> None:
+    """The shortcut that answers "not empty" from a chunk's first element agrees with zarr's chunk_is_empty on
+    every fill value and element, NaN, -0.0 (zarr compares bit patterns for a 0.0 fill) and uint64 included."""
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.chunk_utils import chunk_is_empty
+    from zarr.core.dtype import parse_dtype
+
+    from xarray_zarrmax.shard_encode import _is_empty
+
+    zdtype = parse_dtype(np.dtype(dtype), zarr_format=3)
+    fill_value = zdtype.cast_scalar(fill)
+    chunk = np.full((3, 4), fill_value if rest == "fill" else zdtype.cast_scalar(1), dtype=dtype)
+    chunk[0, 0] = first
+    for write_empty in (False, True):
+        spec = ArraySpec(shape=chunk.shape, dtype=zdtype, fill_value=fill_value,
+                         config=ArrayConfig(order="C", write_empty_chunks=write_empty),
+                         prototype=default_buffer_prototype())
+        expected = bool(chunk_is_empty(default_buffer_prototype().nd_buffer.from_numpy_array(chunk), spec))
+        assert _is_empty(chunk, spec) is expected, (dtype, fill, first, rest, write_empty)
+        assert _is_empty(chunk[:, ::-2], spec) is bool(chunk_is_empty(
+            default_buffer_prototype().nd_buffer.from_numpy_array(chunk[:, ::-2]), spec))

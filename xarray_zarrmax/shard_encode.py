@@ -365,10 +365,33 @@ def _write_order(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def _is_empty(chunk: np.ndarray, chunk_spec: Any) -> bool:
+    """zarr's rule (``chunk_is_empty``): left out when write_empty_chunks is off and every element equals the
+    fill value. A chunk whose first element already differs is not empty: answered from that one element,
+    where zarr's check runs several NumPy passes over a slice of the chunk, each one releasing and taking the
+    GIL back (a wait behind the other encoding threads). Equal first elements get zarr's own check."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.chunk_utils import chunk_is_empty
 
+    if chunk_spec.config.write_empty_chunks:
+        return False
+    if chunk.size and chunk.dtype.kind in "biuf" and _first_differs(chunk, chunk_spec.fill_value):
+        return False
     return bool(chunk_is_empty(default_buffer_prototype().nd_buffer.from_numpy_array(chunk), chunk_spec))
+
+
+def _first_differs(chunk: np.ndarray, fill: Any) -> bool:
+    """Whether the chunk's first element differs from ``fill`` however zarr compares them: by value, NaN equal
+    to NaN. (zarr compares bit patterns where the fill is 0.0, so -0.0 differs there; this says "not
+    different" for it and leaves the answer to zarr's check.)"""
+    if fill is None:
+        return False
+    first = chunk[(0,) * chunk.ndim]
+    try:
+        if first == fill:
+            return False
+        return not (np.isnan(first) and np.isnan(fill)) if chunk.dtype.kind == "f" else True
+    except (TypeError, ValueError):  # a fill value NumPy cannot compare with the element: zarr decides
+        return False
 
 
 def _crc32c(data: bytes) -> int:
