@@ -49,18 +49,28 @@ class BufferPool:
         return np.empty(size, dtype=np.uint8)
 
     def give(self, buffer: np.ndarray) -> None:
-        """Keep ``buffer`` for reuse: the caller must hold no view of it any more."""
+        """Keep ``buffer`` for reuse: the caller must hold no view of it any more. Room is made by freeing the
+        oldest buffers of the size class given back least recently: classes of an earlier write (another chunk
+        size) must not fill the pool and leave the current write a fresh allocation per chunk, as they did in a
+        benchmark that wrote 12.5 MB chunks, then 1 MB ones (0.99 GB/s against 3.3 alone). A limit lowered
+        since frees what is kept beyond it."""
         limit = get_config().write_buffer_bytes if self.keep_bytes is None else self.keep_bytes
+        size = buffer.nbytes
+        keep = size <= limit
         with self._lock:
-            while self._kept > limit:  # the limit was lowered since: free the oldest of the largest class
-                size = max(self._free)
-                self._free[size].pop(0)
-                self._kept -= size
-                if not self._free[size]:
-                    del self._free[size]
-            if self._kept + buffer.nbytes <= limit:
-                self._free.setdefault(buffer.nbytes, []).append(buffer)
-                self._kept += buffer.nbytes
+            room = limit - size if keep else limit
+            while self._kept > room:
+                oldest_class = next(iter(self._free))  # dicts keep order: least recently given back first
+                bucket = self._free[oldest_class]
+                bucket.pop(0)
+                self._kept -= oldest_class
+                if not bucket:
+                    del self._free[oldest_class]
+            if keep:
+                bucket = self._free.pop(size, [])  # put back last: the most recently given class
+                bucket.append(buffer)
+                self._free[size] = bucket
+                self._kept += size
 
     def kept_bytes(self) -> int:
         with self._lock:
