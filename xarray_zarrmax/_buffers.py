@@ -82,12 +82,10 @@ class BufferPool:
             self._free.clear()
             self._kept = 0
 
-
     def forget_after_fork(self) -> None:
         """In a forked child: a new lock (one held by a parent's thread would never open) and nothing kept."""
         self._lock = threading.Lock()
-        self._free = {}
-        self._kept = 0
+        self.clear()
 
 
 #: The pool the encoders take from (one per process: buffers are sized by object, not by array).
