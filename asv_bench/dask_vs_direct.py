@@ -37,14 +37,13 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import peers  # noqa: E402
 from benchutil import warm_memory  # noqa: E402
 from throughput import layouts, write  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
 
-def read(path: str, mode: str, threads: int, task_bytes: int = peers.DASK_TASK_BYTES) -> None:
+def read(path: str, mode: str, threads: int, task_bytes: int | None = None) -> None:
     """One whole read: ``mode`` "direct" (``chunks=None``), "dask" (threaded scheduler, ``threads``),
     "dask-sync" (synchronous scheduler) or "blocks" (no dask: the dask read's blocks one after another)."""
     import dask
@@ -55,7 +54,8 @@ def read(path: str, mode: str, threads: int, task_bytes: int = peers.DASK_TASK_B
     if mode == "direct":
         xr.open_dataset(path, engine="zarrmax", chunks=None)["v"].values  # noqa: B018
         return
-    with set_config(task_bytes=task_bytes):  # as throughput.py's dask stack opens it
+    changes = {} if task_bytes is None else {"task_bytes": task_bytes}  # None: the default, as throughput.py
+    with set_config(**changes):
         blocks = xr.open_dataset(path, engine="zarrmax", chunks={})["v"]
     if mode == "blocks":
         plain = xr.open_dataset(path, engine="zarrmax", chunks=None)["v"]
@@ -116,7 +116,7 @@ def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
 
 
 def measure(path: str, mode: str, threads: int, nbytes: int,
-            task_bytes: int = peers.DASK_TASK_BYTES) -> dict[str, float]:
+            task_bytes: int | None = None) -> dict[str, float]:
     warm_memory(2 * nbytes)  # as throughput.py does before every timed read
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()

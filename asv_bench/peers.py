@@ -177,27 +177,18 @@ def decode_all(inp: DecodeInput, decode_into: Callable[[bytes, np.ndarray], None
 # -- the stacks -------------------------------------------------------------------------------------------
 
 
-#: the dask stack's config: small stored objects grouped into tasks of about 32 MiB (``chunks={}``)
-DASK_TASK_BYTES = 32 << 20
-
-
 def read_xarray(where: Where, engine: str, *, use_dask: bool, chunks: Any = None) -> np.ndarray:
     """``xr.open_dataset`` then the whole of "v": ``.values`` without dask; with dask, every block is read and
     reduced to its first element (``map_blocks``), so the number is the read path, not a concatenate. With
-    dask and no ``chunks``: ``chunks={}`` (zarrmax: with ``task_bytes=DASK_TASK_BYTES``); with ``chunks``
-    (e.g. "auto"): those chunks, with zarrmax's default config."""
+    dask and no ``chunks``: ``chunks={}``; with ``chunks`` (e.g. "auto"): those chunks. Default config."""
     import dask
     import xarray as xr
-
-    from xarray_zarrmax import set_config
 
     if engine == "zarr":
         target, kw = where.zarr_store(), {"consolidated": False}
     else:
         target, kw = where.url()
-    grouped = use_dask and engine == "zarrmax" and chunks is None
-    with set_config(task_bytes=DASK_TASK_BYTES if grouped else 0):
-        ds = xr.open_dataset(target, engine=engine, chunks=(chunks or {}) if use_dask else None, **kw)
+    ds = xr.open_dataset(target, engine=engine, chunks=(chunks or {}) if use_dask else None, **kw)
     if not use_dask:
         return np.asarray(ds["v"].values)
     data = ds["v"].data

@@ -17,9 +17,9 @@ order):
 - engine="zarr" (``.values`` of ``chunks=None``); zarr-python tuned (128 requests in flight, a thread per core);
   zarr-python with the zarrs codec pipeline; zarr-python's FusedCodecPipeline; TensorStore (zarr3 driver,
   file or s3 kvstore);
-- zarrmax without dask (``chunks=None``, ``.values``) and with dask (``chunks={}`` with ``task_bytes`` 32 MiB,
-  every block read and reduced to one element on the threaded scheduler with 16 threads: the read path, not a
-  concatenate).
+- zarrmax without dask (``chunks=None``, ``.values``) and with dask (``chunks={}``, the default config:
+  stored objects under 64 MiB grouped into tasks of about 128 MiB), every block read and reduced to one
+  element on the threaded scheduler with 16 threads: the read path, not a concatenate.
 
 Every stack's values are checked against the data written (the first element of each block for the dask
 variant). Medians of ``--repeat`` reads, after one warm-up read each. Before every timed read, twice the array's
@@ -153,7 +153,7 @@ STACKS: list[tuple[str, str, Any]] = [
     ("zarr fused pipeline", "zarr_fused", lambda w: peers.read_zarr_python(w, "fused")),
     ("TensorStore", "tensorstore", peers.read_tensorstore),
     ("zarrmax", "zarrmax", lambda w: peers.read_xarray(w, "zarrmax", use_dask=False)),
-    ("zarrmax, dask (task_bytes 32 MiB)", "zarrmax_dask", lambda w: peers.read_xarray(w, "zarrmax", use_dask=True)),
+    ("zarrmax, dask", "zarrmax_dask", lambda w: peers.read_xarray(w, "zarrmax", use_dask=True)),
     ('zarrmax, dask, chunks="auto"', "zarrmax_auto",
      lambda w: peers.read_xarray(w, "zarrmax", use_dask=True, chunks="auto")),
 ]
@@ -185,8 +185,6 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     import numcodecs
     import xarray as xr
 
-    from xarray_zarrmax import set_config
-
     expected = layout.data()
     keys = peers.stored_keys(where)
     stored = peers.raw_read(where, keys)
@@ -197,8 +195,7 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
         zstd.decode(raw, out=out)
 
     target, kw = where.url()
-    with set_config(task_bytes=peers.DASK_TASK_BYTES):  # as the dask stack opens it
-        dask_chunks = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)["v"].chunks
+    dask_chunks = xr.open_dataset(target, engine="zarrmax", chunks={}, **kw)["v"].chunks
     block_chunks = {"zarrmax_dask": dask_chunks,
                     "zarrmax_auto": xr.open_dataset(target, engine="zarrmax", chunks="auto", **kw)["v"].chunks}
     runs: dict[str, Any] = {"raw": lambda: peers.raw_read(where, keys),

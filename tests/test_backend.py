@@ -133,8 +133,6 @@ def _unsharded_small_chunks(path):
 
 
 def test_small_stored_objects_are_grouped_into_dask_tasks(tmp_path):
-    import warnings
-
     path = _unsharded_small_chunks(tmp_path / "small.zarr")
     # 640-byte chunks, about 6400 bytes a task: x spans the array first (5 chunks, 3200 bytes), then t doubles
     # (6400 // 3200): 5 tasks of whole chunks where engine="zarr" makes 50
@@ -145,16 +143,41 @@ def test_small_stored_objects_are_grouped_into_dask_tasks(tmp_path):
     assert ds.v.encoding["chunks"] == (10, 8)  # the stored chunks, as engine="zarr" reports them
     assert ds.v.chunks == ((20,) * 5, (40,)) and theirs.v.data.npartitions == 50
     xr.testing.assert_identical(ds.compute(), theirs.compute())
-    with set_config(task_bytes=6400), warnings.catch_warnings():
-        warnings.simplefilter("error")  # user chunks of whole groups: no alignment warning
-        xr.open_dataset(path, engine="zarrmax", chunks={"t": 40}, consolidated=False)
-    # xarray checks user chunks against preferred_chunks alone, so chunks that split a group (though not a
-    # stored chunk) get its warning; task_bytes=0 (one task per stored object) is the way to avoid it
-    with set_config(task_bytes=6400), pytest.warns(UserWarning, match="separate the stored chunks"):
-        xr.open_dataset(path, engine="zarrmax", chunks={"t": 10}, consolidated=False)
-    with set_config(task_bytes=0), warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert xr.open_dataset(path, engine="zarrmax", chunks={"t": 10}, consolidated=False).v.data.npartitions == 50
+    with set_config(task_bytes=0):  # one task per stored object, as engine="zarr"
+        assert xr.open_dataset(path, engine="zarrmax", chunks={}, consolidated=False).v.data.npartitions == 50
+
+
+def test_the_default_groups_only_chunks_given_as_an_empty_dict(tmp_path):
+    """The grouping is the default for ``chunks={}`` alone, where xarray's dask chunks are the preferred chunks
+    and nothing else. With user chunks, xarray checks them against ``preferred_chunks``, which then stay the
+    stored chunks: chunks that align with stored chunks get no warning, chunks that split one get engine
+    "zarr"'s warning, and the chunks are engine="zarr"'s."""
+    import warnings
+
+    path = _unsharded_small_chunks(tmp_path / "small.zarr")
+    ds = xr.open_dataset(path, engine="zarrmax", chunks={}, consolidated=False)
+    assert ds.v.chunks == ((100,), (40,))  # 32 kB of 640-byte chunks: one task under the default 128 MiB
+    assert ds.v.encoding["preferred_chunks"] == {"t": 100, "x": 40}
+    for chunks in ({"t": 10}, {"t": 30}, {"x": 16}, "auto", -1, 40):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # aligned with the stored chunks: no warning, as engine="zarr"
+            ours = xr.open_dataset(path, engine="zarrmax", chunks=chunks, consolidated=False)
+            theirs = xr.open_dataset(path, engine="zarr", chunks=chunks, consolidated=False)
+        assert ours.v.chunks == theirs.v.chunks, chunks
+        assert ours.v.encoding["preferred_chunks"] == theirs.v.encoding["preferred_chunks"] == {"t": 10, "x": 8}
+    for chunks in ({"t": 5}, {"x": 12}):
+        for engine in ("zarrmax", "zarr"):  # a stored chunk split: the warning, with either engine
+            with pytest.warns(UserWarning, match="separate the stored chunks"):
+                xr.open_dataset(path, engine=engine, chunks=chunks, consolidated=False)
+    # through open_mfdataset (chunks={} by default) and open_datatree, grouped alike
+    assert xr.open_mfdataset([path], engine="zarrmax", consolidated=False).v.chunks == ((100,), (40,))
+    tree = xr.open_datatree(path, engine="zarrmax", chunks={}, consolidated=False)
+    assert tree["v"].chunks == ((100,), (40,))
+    # called by anything but xarray's opener (a wrapping backend, say), the stored chunks
+    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
+
+    plain = ZarrmaxBackendEntrypoint().open_dataset(path, consolidated=False)
+    assert plain.v.encoding["preferred_chunks"] == {"t": 10, "x": 8}
 
 
 def test_grouped_tasks_agree_across_dtypes_so_dataset_chunks_work(tmp_path):

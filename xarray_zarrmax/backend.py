@@ -16,8 +16,9 @@ import sys
 import threading
 import uuid
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -225,11 +226,16 @@ class ZarrmaxStore(AbstractDataStore):
     """An xarray data store over a loaded `GroupNode`; variables are lazy."""
 
     def __init__(self, source: ByteSource, *, use_zarr_fill_value_as_mask: bool | None = None,
-                 dropped: Iterable[str] = (), device: DeviceSpec = None, preload_indexes: bool = True) -> None:
+                 dropped: Iterable[str] = (), device: DeviceSpec = None, preload_indexes: bool = True,
+                 group_tasks: bool = False) -> None:
         self.source = source
         # Read index coordinates during the open: right only where xarray builds indexes from them then (see
-        # `_xarray_builds_indexes`); a coordinate left lazy is read when used, as engine="zarr" reads it.
+        # `_opener_call`); a coordinate left lazy is read when used, as engine="zarr" reads it.
         self.preload_indexes = preload_indexes
+        # Group small stored objects into dask tasks (config task_bytes): only where xarray's dask chunks are
+        # the preferred chunks and nothing else (chunks={}); user chunks are checked against preferred_chunks,
+        # which then stay the stored objects, so xarray's alignment warnings keep their meaning.
+        self.group_tasks = group_tasks
         self.device = device
         self.token = uuid.uuid4().hex
         self.dropped = set(dropped)
@@ -244,10 +250,10 @@ class ZarrmaxStore(AbstractDataStore):
     def open(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
              zarr_format: int | None = None, variables: Iterable[str] | None = None,
              use_zarr_fill_value_as_mask: bool | None = None, dropped: Iterable[str] = (),
-             device: DeviceSpec = None, preload_indexes: bool = True) -> ZarrmaxStore:
+             device: DeviceSpec = None, preload_indexes: bool = True, group_tasks: bool = False) -> ZarrmaxStore:
         """Load the group's metadata, reading index coordinates as their metadata arrives (``preload_indexes``)."""
         store = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped, device=device,
-                    preload_indexes=preload_indexes)
+                    preload_indexes=preload_indexes, group_tasks=group_tasks)
         wanted = None if variables is None else set(variables)
         store.group = run_sync(load_group(source, group, consolidated=consolidated, zarr_format=zarr_format,
                                           variables=wanted, on_array=store.on_array))
@@ -263,7 +269,7 @@ class ZarrmaxStore(AbstractDataStore):
     def open_tree(cls, source: ByteSource, *, group: str | None = None, consolidated: bool | None = None,
                   zarr_format: int | None = None, use_zarr_fill_value_as_mask: bool | None = None,
                   dropped: Iterable[str] = (), device: DeviceSpec = None,
-                  preload_indexes: bool = True) -> dict[str, ZarrmaxStore]:
+                  preload_indexes: bool = True, group_tasks: bool = False) -> dict[str, ZarrmaxStore]:
         """One store per group at and below ``group``, keyed by path in the store ("" for the root): the whole
         hierarchy's metadata in the fewest round trips (`tree.load_tree`), the index coordinates of every group
         read in one concurrent batch as their metadata arrives."""
@@ -274,7 +280,8 @@ class ZarrmaxStore(AbstractDataStore):
             store = stores.get(path)
             if store is None:
                 store = stores[path] = cls(source, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                                           dropped=dropped, device=device, preload_indexes=preload_indexes)
+                                           dropped=dropped, device=device, preload_indexes=preload_indexes,
+                                           group_tasks=group_tasks)
             return store
 
         async def on_array(path: str, node: ArrayNode) -> None:
@@ -346,10 +353,11 @@ class ZarrmaxStore(AbstractDataStore):
             )
         return [posixpath.basename(d) for d in dimrefs]
 
-    @staticmethod
-    def _task_chunks(wrapper: Any, outer: ChunkSizes) -> ChunkSizes:
-        """Groups of small stored objects, one dask task each (config task_bytes): with one task per 0.8 MB
-        chunk, dask's and xarray's per-task cost kept chunks={} at 0.24x of a direct read."""
+    def _task_chunks(self, wrapper: Any, outer: ChunkSizes) -> ChunkSizes:
+        """Groups of small stored objects, one dask task each (config task_bytes), with chunks={}: with one task
+        per 0.8 MB chunk, dask's and xarray's per-task cost kept chunks={} at 0.24x of a direct read."""
+        if not self.group_tasks:
+            return outer
         dtype = wrapper.dtype
         if not dtype.isnative:
             # dask's concatenate makes a big-endian result native, so the computed dtype depends on the number
@@ -666,25 +674,42 @@ def _tree_key(path: str, gpath: str, relative: bool) -> str:
 _XARRAY_OPENERS = frozenset({"open_dataset", "open_datatree", "open_groups"})
 
 
-def _xarray_builds_indexes() -> bool:
-    """Whether xarray builds default indexes from what the calling entrypoint method returns: true only where
-    that method was called by xarray's opener itself (``open_dataset``, ``open_datatree``, ``open_groups``),
-    directly or through our own `ZarrmaxBackendEntrypoint.open_datatree`, and that opener's
-    ``create_default_indexes`` (True by default; xarray keeps it to itself rather than pass it to backends)
-    is true. Only then are index coordinates read during the open.
+@dataclass(frozen=True)
+class _OpenerCall:
+    """What xarray's opener does with the calling entrypoint method's result, where we can know it: options
+    xarray keeps to itself rather than pass to backends."""
+
+    builds_indexes: bool  # default indexes built from the result: index coordinates are read during the open
+    dask_default: bool  # ``chunks={}``: each variable's dask chunks are its ``preferred_chunks``, nothing else
+
+
+_NOT_XARRAYS = _OpenerCall(builds_indexes=False, dask_default=False)
+
+
+def _opener_call() -> _OpenerCall:
+    """How the calling entrypoint method was called: by xarray's opener itself (``open_dataset``,
+    ``open_datatree``, ``open_groups``), directly or through functions that pass xarray's call on unchanged
+    (our own `ZarrmaxBackendEntrypoint.open_datatree`, and those marked with `passes_through`), with that
+    opener's ``create_default_indexes`` (True by default) and ``chunks``.
 
     Called any other way (by a wrapper or a subclass's override, which may rename, select or drop before
-    xarray sees the result, or not through xarray at all): False. A coordinate read at the open that xarray
+    xarray sees the result, or not through xarray at all): neither. A coordinate read at the open that xarray
     then builds no index from would keep the values of that moment after the store changed (found by a
-    review); read when used, as engine="zarr" reads it, it is never stale, only read later."""
+    review); read when used, as engine="zarr" reads it, it is never stale, only read later. And
+    ``preferred_chunks`` then stay the stored objects, as engine="zarr"'s."""
     caller = sys._getframe(2)  # the caller of the entrypoint method that asks
-    while caller is not None and caller.f_code is _OPEN_DATATREE_CODE:
+    while caller is not None and caller.f_code in _PASS_THROUGH:
         caller = caller.f_back  # type: ignore[assignment]
     if caller is None or caller.f_globals.get("__name__") != "xarray.backends.api":
-        return False
+        return _NOT_XARRAYS
     if caller.f_code.co_name not in _XARRAY_OPENERS:
-        return False
-    return bool(caller.f_locals.get("create_default_indexes", True))  # an xarray older than the option: True
+        return _NOT_XARRAYS
+    local = caller.f_locals
+    chunks = local.get("chunks")
+    return _OpenerCall(
+        builds_indexes=bool(local.get("create_default_indexes", True)),  # an xarray older than the option: True
+        dask_default=isinstance(chunks, dict) and not chunks,
+    )
 
 
 def _dropped_names(drop_variables: Any) -> set[Any]:
@@ -743,9 +768,11 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         if isinstance(variables, str):
             variables = [variables]
         dropped = _dropped_names(drop_variables)
+        call = _opener_call()
         store = ZarrmaxStore.open(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                   variables=variables, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                                  dropped=dropped, device=device, preload_indexes=_xarray_builds_indexes())
+                                  dropped=dropped, device=device, preload_indexes=call.builds_indexes,
+                                  group_tasks=call.dask_default)
         return StoreBackendEntrypoint().open_dataset(
             store,
             mask_and_scale=mask_and_scale,
@@ -783,9 +810,11 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         device = _parse_device(device)
         source = resolve_source(filename_or_obj, storage_options)
         dropped = _dropped_names(drop_variables)
+        call = _opener_call()
         stores = ZarrmaxStore.open_tree(source, group=group, consolidated=consolidated, zarr_format=zarr_format,
                                         use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, dropped=dropped,
-                                        device=device, preload_indexes=_xarray_builds_indexes())
+                                        device=device, preload_indexes=call.builds_indexes,
+                                        group_tasks=call.dask_default)
         gpath = parse_group_path(group)
         entrypoint = StoreBackendEntrypoint()
         return {
@@ -847,4 +876,13 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         return datatree_from_dict_with_io_cleanup(groups)
 
 
-_OPEN_DATATREE_CODE = ZarrmaxBackendEntrypoint.open_datatree.__code__
+#: the code of functions between xarray's opener and an entrypoint method that hand the method's result back
+#: unchanged (`_opener_call` looks through them)
+_PASS_THROUGH: set[CodeType] = {ZarrmaxBackendEntrypoint.open_datatree.__code__}
+
+def passes_through[F: Callable[..., Any]](func: F) -> F:
+    """Mark a function that calls an entrypoint method on behalf of xarray's opener and returns its result
+    unchanged (no renaming, selecting or dropping), so the open behaves as a direct one: index coordinates read
+    during it, ``chunks={}`` grouping. Used by the conformance harness's routing of engine="zarr"."""
+    _PASS_THROUGH.add(func.__code__)
+    return func

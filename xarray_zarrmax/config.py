@@ -43,11 +43,13 @@ class Config:
         Most decoded bytes one read keeps fetched but not yet decoded (sizes estimated from the layout): what
         a read holds beyond its output is bounded by this, not by the number of objects it reads.
     task_bytes
-        0 (the default): with ``chunks={}`` one dask task per stored object (shard, or chunk when unsharded),
-        engine="zarr"'s chunks and alignment warnings. Above 0: stored objects smaller than half this are read
-        in groups of about this many decoded bytes, one dask task a group (``encoding["preferred_chunks"]``),
-        at the cost of xarray warning about user chunks that split a group. ``chunks="auto"`` groups whole
-        stored objects too (dask's chunk-size), with no such warning.
+        With ``chunks={}``, stored objects (shards, or chunks when unsharded) smaller than half this are read
+        in groups of about this many decoded bytes, one dask task a group, stated in
+        ``encoding["preferred_chunks"]``; larger objects are a task each. The default, 128 MiB, is dask's own
+        ``array.chunk-size``, what ``chunks="auto"`` groups to. 0: one task per stored object, as engine="zarr".
+        Any other ``chunks`` (a dict naming a dimension, "auto", an int) and opens that do not come straight
+        from xarray's ``open_dataset``/``open_datatree``/``open_groups`` keep one stored object per preferred
+        chunk, so xarray's alignment warnings about user chunks mean what they say.
     max_objects
         Most stored objects (shards, or chunks when unsharded) of one array for which ``chunks={}`` plans a dask
         task each. An array of more is one dask block (a selection of it still reads only what it selects),
@@ -70,7 +72,7 @@ class Config:
     retries: int = 3
     inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
-    task_bytes: int = 0
+    task_bytes: int = 128 * 2**20
     multipart_threshold: int = 100 * 2**20
     write_buffer_bytes: int = 256 * 2**20
 

@@ -28,7 +28,7 @@ from xarray.backends import BackendEntrypoint, plugins
 from xarray.backends import common as backends_common
 from xarray.backends.zarr import ZarrBackendEntrypoint, ZarrStore
 
-from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
+from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore, passes_through
 from xarray_zarrmax.stores import resolve_source
 
 #: Reads that reached this module's entry points since the process started (the plugin counts them per test).
@@ -62,6 +62,7 @@ class RoutedZarrEntrypoint(BackendEntrypoint):
         # Guessing is the registry's choice of engine, not a read: engine="zarr"'s rule (a ".zarr" suffix).
         return ZarrBackendEntrypoint().guess_can_open(filename_or_obj)
 
+    @passes_through  # engine="zarr" as xarray's opener called it: read as engine="zarrmax" would be
     def open_dataset(  # type: ignore[override]
         self,
         filename_or_obj: Any,
@@ -108,6 +109,7 @@ class RoutedZarrEntrypoint(BackendEntrypoint):
             use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         )
 
+    @passes_through  # engine="zarr" as xarray's opener called it: read as engine="zarrmax" would be
     def open_datatree(  # type: ignore[override]
         self,
         filename_or_obj: Any,
@@ -142,6 +144,7 @@ class RoutedZarrEntrypoint(BackendEntrypoint):
             zarr_format=zarr_format,
         )
 
+    @passes_through  # engine="zarr" as xarray's opener called it: read as engine="zarrmax" would be
     def open_groups_as_dict(  # type: ignore[override]
         self,
         filename_or_obj: Any,
