@@ -180,6 +180,26 @@ def test_the_default_groups_only_chunks_given_as_an_empty_dict(tmp_path):
     assert plain.v.encoding["preferred_chunks"] == {"t": 10, "x": 8}
 
 
+def test_grouped_tasks_agree_across_ranks_so_dataset_chunks_work(tmp_path):
+    """A (t, x) and a (t,) variable stored 100 time steps an object: grouped alone, the first fills 800 kB
+    tasks with 1000 steps, the second with the whole 4000, and xarray's Dataset.chunks would refuse the
+    Dataset where engine="zarr"'s (the stored chunks, 100 each) agree. Both get the smaller grouping."""
+    group = zarr.open_group(tmp_path / "ranks.zarr", mode="w", zarr_format=3)
+    group.create_array("field", shape=(4000, 100), chunks=(100, 100), dtype="f8",
+                       dimension_names=["t", "x"])[...] = np.arange(400000.0).reshape(4000, 100)
+    group.create_array("count", shape=(4000,), chunks=(100,), dtype="i4", dimension_names=["t"])[...] = 7
+    group.create_array("other", shape=(4000,), chunks=(400,), dtype="f8", dimension_names=["t"])[...] = 1
+    with set_config(task_bytes=800_000):
+        ds = xr.open_dataset(tmp_path / "ranks.zarr", engine="zarrmax", chunks={}, consolidated=False)
+    assert ds.field.chunks == ((1000,) * 4, (100,))
+    assert ds["count"].chunks == ((1000,) * 4,)  # alone it would be one task of 4000
+    assert ds["count"].encoding["preferred_chunks"] == {"t": 1000}
+    assert ds.other.chunks == ((4000,),)  # stored otherwise: grouped on its own, as engine="zarr" differs too
+    assert dict(ds[["field", "count"]].chunks) == {"t": (1000,) * 4, "x": (100,)}
+    theirs = xr.open_dataset(tmp_path / "ranks.zarr", engine="zarr", chunks={}, consolidated=False)
+    xr.testing.assert_identical(ds.compute(), theirs.compute())
+
+
 def test_grouped_tasks_agree_across_dtypes_so_dataset_chunks_work(tmp_path):
     group = zarr.open_group(tmp_path / "mixed.zarr", mode="w", zarr_format=3)
     for name, dtype in (("a", "f8"), ("b", "f4"), ("c", "i2")):

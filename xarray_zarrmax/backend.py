@@ -467,6 +467,8 @@ class ZarrmaxStore(AbstractDataStore):
             if name in self._errors:
                 raise self._errors[name]  # the error building it on arrival: the same object, not a second try
             variables[name] = self._variables[name] if name in self._variables else self.open_store_variable(node)
+        if self.group_tasks:
+            _align_task_chunks(variables)
         return FrozenDict(variables)
 
     def get_attrs(self) -> Mapping[str, Any]:
@@ -484,6 +486,34 @@ class ZarrmaxStore(AbstractDataStore):
 
     def close(self) -> None:
         pass
+
+
+def _align_task_chunks(variables: Mapping[str, Variable]) -> None:
+    """One task size along a dimension for every variable stored in the same objects along it: the smallest
+    of their groupings. Grouped alone, a (time, x) variable and a (time,) one whose objects both hold 10 time
+    steps would get different time chunks (each fills its own 128 MiB), and xarray's ``Dataset.chunks`` would
+    refuse the Dataset where engine="zarr"'s chunks (the stored ones) agree. Each size is a whole number of
+    stored objects or the whole dimension, so the smallest is too."""
+    smallest: dict[tuple[Any, int], int] = {}
+    plans = []
+    for var in variables.values():
+        preferred = var.encoding.get("preferred_chunks")
+        stored = var.encoding.get("shards") or var.encoding.get("chunks")
+        if not preferred or stored is None or len(stored) != len(var.dims):
+            continue
+        keys = []
+        for dim, size in zip(var.dims, stored, strict=True):
+            task = preferred.get(dim)
+            if isinstance(size, int) and isinstance(task, int):
+                smallest[dim, size] = min(smallest.get((dim, size), task), task)
+                keys.append((dim, size))
+        plans.append((var, keys))
+    for var, keys in plans:
+        aligned = dict(var.encoding["preferred_chunks"])
+        for dim, size in keys:
+            aligned[dim] = smallest[dim, size]
+        if aligned != var.encoding["preferred_chunks"]:
+            var.encoding = {**var.encoding, "preferred_chunks": aligned}
 
 
 def _warn_unconsolidated() -> None:
