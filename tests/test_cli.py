@@ -10,6 +10,7 @@ import xarray as xr
 import zarr
 from dask.diagnostics import ProgressBar
 
+from xarray_zarrmax import set_config
 from xarray_zarrmax.cli import main
 
 
@@ -38,9 +39,13 @@ def test_bench_reads_everything_with_a_progress_bar(tmp_path, capsys):
     path = write(tmp_path / "d.zarr")
     assert main(["bench", path, "--variable", "t", "--workers", "2"]) == 0
     captured = capsys.readouterr()
-    assert "reading 1 variable(s)" in captured.out and "4 tasks (one per stored object)" in captured.out
+    # chunks={}: the 4 small stored chunks are one task (config task_bytes), still 4 GETs
+    assert "reading 1 variable(s)" in captured.out and "1 task(s) (grouped up to 128 MiB a task)" in captured.out
     assert "GB/s" in captured.out and "4 GET requests" in captured.out
     assert "100% Completed" in captured.err
+    with set_config(task_bytes=0):
+        assert main(["bench", path, "--variable", "t", "--workers", "2"]) == 0
+    assert "4 task(s) (one per stored object)" in capsys.readouterr().out
 
 
 def test_errors_are_one_line_and_nonzero(tmp_path, capsys):

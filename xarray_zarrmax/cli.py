@@ -81,7 +81,7 @@ def bench(args: argparse.Namespace) -> int:
     task_bytes = get_config().task_bytes
     tasks = f"grouped up to {task_bytes / 2**20:g} MiB a task" if task_bytes else "one per stored object"
     print(f"reading {len(names)} variable(s), {nbytes / 1e9:.3f} GB, "
-          f"{sum(a.npartitions for a in arrays)} tasks ({tasks}) on {args.workers} threads")
+          f"{sum(a.npartitions for a in arrays)} task(s) ({tasks}) on {args.workers} threads")
     start = time.perf_counter()
     with request_counts() as counts, dask.config.set(scheduler="threads", num_workers=args.workers), \
             ProgressBar(out=sys.stderr, dt=0.2):
