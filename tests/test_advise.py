@@ -474,8 +474,10 @@ def test_impossible_budget_says_the_smallest_achievable(task_bytes: int, smalles
     layouts = [Layout((37, 20, 30)), Layout((1, 20, 30)), Layout((1, 10, 10), (1, 20, 30))]
     with xarray_zarrmax.set_config(task_bytes=task_bytes), pytest.raises(ValueError, match=re.escape(
             f"no candidate layout of 3 meets every constraint: memory per task <= 0.001 MB (the smallest "
-            f"achievable is {smallest})")):
+            f"achievable is {smallest})")) as info:
         advise(dataset(), {"map": 1.0}, costs=Costs(ratio=1.0), layouts=layouts, budget_mb=0.001)
+    # grouped tasks: the message says what sets their size, and how to lower it
+    assert ("set_config(task_bytes=...)" in str(info.value)) == bool(task_bytes)
 
 
 def test_constraints_that_only_conflict_together() -> None:

@@ -200,6 +200,21 @@ def test_grouped_tasks_agree_across_ranks_so_dataset_chunks_work(tmp_path):
     xr.testing.assert_identical(ds.compute(), theirs.compute())
 
 
+def test_a_task_holds_about_task_bytes_whatever_the_element_size(tmp_path):
+    """Fixed-width strings of 200 bytes an element: grouped by 8 bytes an element (as before a review), a task
+    held 25x task_bytes; variable-length strings have no element size and stay one task per object."""
+    group = zarr.open_group(tmp_path / "wide.zarr", mode="w", zarr_format=3)
+    words = np.array([f"w{i}" for i in range(2000)], dtype="<U50")
+    group.create_array("fixed", shape=(2000,), chunks=(10,), dtype="<U50", dimension_names=["x"])[...] = words
+    group.create_array("vlen", shape=(2000,), chunks=(10,), dtype=str, dimension_names=["y"])[...] = words
+    with set_config(task_bytes=20_000):  # 2 kB objects: 10 a task
+        ds = xr.open_dataset(tmp_path / "wide.zarr", engine="zarrmax", chunks={}, consolidated=False)
+    assert ds.fixed.chunks == ((100,) * 20,)
+    assert ds.vlen.chunks == ((10,) * 200,)
+    theirs = xr.open_dataset(tmp_path / "wide.zarr", engine="zarr", chunks={}, consolidated=False)
+    xr.testing.assert_identical(ds.compute(), theirs.compute())
+
+
 def test_grouped_tasks_agree_across_dtypes_so_dataset_chunks_work(tmp_path):
     group = zarr.open_group(tmp_path / "mixed.zarr", mode="w", zarr_format=3)
     for name, dtype in (("a", "f8"), ("b", "f4"), ("c", "i2")):

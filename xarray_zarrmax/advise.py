@@ -458,8 +458,14 @@ def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes
             given = " with the other constraints" if len(limits) > 1 else ""
             problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "
                             f"chunks {best})")
+    why = ""
+    if "task_memory_bytes" in limits and task_bytes:
+        # small objects are grouped into tasks of about task_bytes with chunks={}: the floor of any layout's task
+        why = (f". With chunks={{}} a task groups objects smaller than half of task_bytes ({task_bytes / MB:.3g} MB) "
+               "into about that many bytes; set_config(task_bytes=...) or XARRAY_ZARRMAX_TASK_BYTES lowers it (0: "
+               "one task per object)")
     return f"no candidate layout of {len(layouts)} meets every constraint: " + (
-        "; ".join(problems) or "the constraints together rule out every layout")
+        "; ".join(problems) or "the constraints together rule out every layout") + why
 
 
 def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:

@@ -356,16 +356,20 @@ class ZarrmaxStore(AbstractDataStore):
     def _task_chunks(self, wrapper: Any, outer: ChunkSizes) -> ChunkSizes:
         """Groups of small stored objects, one dask task each (config task_bytes), with chunks={}: with one task
         per 0.8 MB chunk, dask's and xarray's per-task cost kept chunks={} at 0.24x of a direct read."""
-        if not self.group_tasks:
+        if not self.group_tasks or self.device is not None:
+            # on a device, a dask array of one block per object is built here; grouped preferred chunks would
+            # have xarray rechunk it, concatenating blocks on the device
             return outer
         dtype = wrapper.dtype
         if not dtype.isnative:
             # dask's concatenate makes a big-endian result native, so the computed dtype depends on the number
             # of blocks: keep engine="zarr"'s blocks for the same answer
             return outer
-        # 8 bytes an element whatever the dtype: variables that share stored chunks share dask chunks (xarray's
-        # Dataset.chunks refuses a dataset whose variables disagree along a dimension)
-        return task_chunks(wrapper.shape, outer, 8, get_config().task_bytes)
+        if dtype.kind in "OT" or dtype.itemsize == 0:
+            return outer  # variable-length elements: no size to group by
+        # the real element size, so a task holds about task_bytes whatever the dtype; variables that share
+        # stored objects then share dask chunks through `_align_task_chunks`
+        return task_chunks(wrapper.shape, outer, dtype.itemsize, get_config().task_bytes)
 
     def open_store_variable(self, node: ArrayNode) -> Variable:
         from xarray.backends.zarr import FillValueCoder
@@ -468,7 +472,7 @@ class ZarrmaxStore(AbstractDataStore):
                 raise self._errors[name]  # the error building it on arrival: the same object, not a second try
             variables[name] = self._variables[name] if name in self._variables else self.open_store_variable(node)
         if self.group_tasks:
-            _align_task_chunks(variables)
+            _align_task_chunks(variables, self.dropped)
         return FrozenDict(variables)
 
     def get_attrs(self) -> Mapping[str, Any]:
@@ -488,7 +492,7 @@ class ZarrmaxStore(AbstractDataStore):
         pass
 
 
-def _align_task_chunks(variables: Mapping[str, Variable]) -> None:
+def _align_task_chunks(variables: Mapping[str, Variable], dropped: set[str]) -> None:
     """One task size along a dimension for every variable stored in the same objects along it: the smallest
     of their groupings. Grouped alone, a (time, x) variable and a (time,) one whose objects both hold 10 time
     steps would get different time chunks (each fills its own 128 MiB), and xarray's ``Dataset.chunks`` would
@@ -496,7 +500,9 @@ def _align_task_chunks(variables: Mapping[str, Variable]) -> None:
     stored objects or the whole dimension, so the smallest is too."""
     smallest: dict[tuple[Any, int], int] = {}
     plans = []
-    for var in variables.values():
+    for name, var in variables.items():
+        if name in dropped:
+            continue  # xarray drops it: it decides nothing
         preferred = var.encoding.get("preferred_chunks")
         stored = var.encoding.get("shards") or var.encoding.get("chunks")
         if not preferred or stored is None or len(stored) != len(var.dims):
