@@ -66,7 +66,7 @@ class Reader:
     coalesce_gap: int = 2**20
     split_size: int = 16 * 2**20
     inflight_bytes: int = 512 * 2**20
-    task_bytes: int = 0  # config.task_bytes: one task per stored object unless grouping is asked for
+    task_bytes: int = 0  # config.task_bytes (chunks={} groups small objects; advise passes the config in); 0: none
     threads: int = 1
     local: bool = False
     index_crc32c: bool = True  # zarr-python writes a crc32c after every shard index
