@@ -88,9 +88,9 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
     (`fetch._pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
     neither touched nor fetched; every touched object must be stored."""
     from xarray_zarrmax import get_config
-    from xarray_zarrmax.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
-    from xarray_zarrmax.layout import coalesce
-    from xarray_zarrmax.shard import EMPTY, parse_index
+    from xarray_zarrmax.codecs.sharding import EMPTY, parse_index
+    from xarray_zarrmax.core.geometry import coalesce
+    from xarray_zarrmax.read.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
 
     fmt = _shard_format(root, shards) if shards is not None else None
     config = get_config()
@@ -138,7 +138,7 @@ def _shard_format(root: Path, shards: Sequence[int]) -> Any:
     """The stored array's `shard.ShardFormat`, parsed by the reader's own `shard.plan_shard_format`."""
     import json
 
-    from xarray_zarrmax.shard import plan_shard_format
+    from xarray_zarrmax.codecs.sharding import plan_shard_format
 
     codec = json.loads((root / "v" / "zarr.json").read_text())["codecs"][0]
     if codec["name"] != "sharding_indexed":
@@ -177,7 +177,7 @@ def _batches(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
 
 def _jobs(needed: Needed, threads: int) -> int:
     """The reader's split of local work (`fetch._local_jobs`): one job below `fetch.JOB_BYTES` decoded."""
-    from xarray_zarrmax.fetch import JOB_BYTES
+    from xarray_zarrmax.read.fetch import JOB_BYTES
 
     decoded = needed.chunk_nbytes * len(needed.chunks)
     return 1 if threads <= 1 or decoded < JOB_BYTES else threads
@@ -239,7 +239,7 @@ def load_frames(root: Path, needed: Needed) -> list[bytes]:
 def decode_alone(frames: Sequence[bytes], needed: Needed, pool: ThreadPoolExecutor, threads: int) -> float:
     """Seconds for our decoder (`decode.ChunkCodec`, zstd) to decode ``frames`` into a chunk-sized buffer per
     thread, on as many threads as the reader would use for them."""
-    from xarray_zarrmax.decode import ChunkCodec
+    from xarray_zarrmax.codecs.decode import ChunkCodec
 
     codec = ChunkCodec((needed.chunk_nbytes,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
 

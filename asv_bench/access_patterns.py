@@ -136,7 +136,7 @@ class Spec:
         return f"{self.name}: {inner}" + (f" in {'x'.join(map(str, self.shards))}" if self.shards else "")
 
     def model(self) -> Any:
-        from xarray_zarrmax.advise_model import Layout
+        from xarray_zarrmax.advise.model import Layout
 
         return Layout(self.chunks, self.shards)
 
@@ -249,7 +249,7 @@ class Op:
         return sel.mean(axis=axes, dtype="f8") if axes else sel
 
     def axes(self, shape: Sequence[int]) -> tuple[Any, ...]:
-        from xarray_zarrmax.layout import Axis
+        from xarray_zarrmax.core.geometry import Axis
 
         out = []
         for d, n in zip(DIMS, shape, strict=True):
@@ -411,7 +411,7 @@ def needs(spec: Spec, op: Op, shape: Sequence[int], path: Path) -> dict[str, Any
     from access_limits import reader_requests
 
     import xarray_zarrmax
-    from xarray_zarrmax.layout import plan_reads
+    from xarray_zarrmax.core.geometry import plan_reads
 
     outer = spec.shards or spec.chunks
     reads = plan_reads(op.axes(shape), shape, outer, spec.chunks)
@@ -427,7 +427,7 @@ def floor_round_trips(spec: Spec, op: Op, shape: Sequence[int], chunk_enc: int, 
     """Round trips the operation needs with zarrmax's request budget: `advise_model.count_read` for the objects
     it touches, with no limit on objects in flight but the budget."""
     from xarray_zarrmax import get_config
-    from xarray_zarrmax.advise_model import Reader, count_read
+    from xarray_zarrmax.advise.model import Reader, count_read
 
     c = get_config()
     reader = Reader(concurrency=c.concurrency, full_shard_fraction=c.full_shard_fraction,
@@ -439,7 +439,7 @@ def floor_round_trips(spec: Spec, op: Op, shape: Sequence[int], chunk_enc: int, 
 
 
 def _index_tokens() -> set[str]:
-    from xarray_zarrmax import fetch
+    from xarray_zarrmax.read import fetch
 
     return {token for token, _ in list(fetch._index_cache)}
 
@@ -592,8 +592,8 @@ def run(shape: tuple[int, ...], repeat: int, kinds: list[str], latency_ms: int, 
     import xarray as xr
 
     import xarray_zarrmax
-    from xarray_zarrmax import stores as zstores
-    from xarray_zarrmax.advise import rank
+    from xarray_zarrmax.advise.advisor import rank
+    from xarray_zarrmax.storage import sources as zstores
     from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
 
     tmp = Path(tempfile.mkdtemp(prefix="zarrmax-access-"))
@@ -640,7 +640,7 @@ def run(shape: tuple[int, ...], repeat: int, kinds: list[str], latency_ms: int, 
         advised: dict[str, dict[str, str]] = {}
         for kind, store in stores.items():
             target, options = store.probe_target()
-            report0 = xarray_zarrmax.advise(sample, patterns_for(ops, MIXES["balanced"]), store=target,
+            report0 = xarray_zarrmax.advise.advisor(sample, patterns_for(ops, MIXES["balanced"]), store=target,
                                             storage_options=options, layouts=[s.model() for s in specs],
                                             progress=False)
             calibration[kind] = {"costs": report0.costs, "reader": report0.reader}
@@ -718,7 +718,7 @@ def assemble(shape: tuple[int, ...], repeat: int, latency_ms: int, specs: list[S
     """Every number of the run as plain rows (for the tables, the JSON and the plots)."""
     from dataclasses import asdict
 
-    from xarray_zarrmax.advise import rank
+    from xarray_zarrmax.advise.advisor import rank
 
     rows = []
     for kind in stores:

@@ -86,7 +86,7 @@ def _block_regions(chunks: tuple[tuple[int, ...], ...]) -> list[tuple[slice, ...
 def timed_reads() -> Iterator[list[float]]:
     """Within the block, the seconds of every call of zarrmax's read (`read_selection`), appended to the list
     yielded (the caller clears it between reads)."""
-    import xarray_zarrmax.backend as backend
+    import xarray_zarrmax.backend.entrypoint as backend
 
     inside: list[float] = []
     real = backend.read_selection

@@ -45,7 +45,7 @@ def zstd_decoders() -> dict[str, tuple[Decoder, bool]]:
     codec = numcodecs.Zstd()
     found["numcodecs.Zstd"] = (lambda raw, out: codec.decode(raw, out=out), True)
 
-    from xarray_zarrmax.decode import ChunkCodec
+    from xarray_zarrmax.codecs.decode import ChunkCodec
 
     codecs: dict[tuple[Any, ...], ChunkCodec] = {}
 

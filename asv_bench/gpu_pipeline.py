@@ -50,7 +50,7 @@ def compute(xp: Any, block: Any) -> Any:
 
 
 def nvtx(name: str) -> Any:
-    from xarray_zarrmax.gpu import nvtx_range
+    from xarray_zarrmax.gpu.cuda import nvtx_range
 
     return nvtx_range(name)
 

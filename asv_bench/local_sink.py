@@ -2,7 +2,7 @@
 
     .venv/bin/python asv_bench/local_sink.py [--objects 336] [--mb 0.8] [--parts 1] [--rounds 15] [--dir /tmp]
 
-`xarray_zarrmax.sinks.LocalSink` puts ``--objects`` new objects of ``--mb`` MB each (random bytes, in
+`xarray_zarrmax.storage.sinks.LocalSink` puts ``--objects`` new objects of ``--mb`` MB each (random bytes, in
 ``--parts`` pieces as a shard's chunks are) into one directory from 16 threads, as a write of a 1-D array
 does, once per way of writing, the two alternating in one process (the first of each pair swapped every round).
 Each timed write goes to a fresh directory, which is removed after it; memory is touched first (`warm_memory`).
@@ -34,8 +34,8 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the directories are written")
     args = parser.parse_args()
 
-    from xarray_zarrmax import sinks
-    from xarray_zarrmax.shard_encode import Pieces
+    from xarray_zarrmax.core.bytes import Pieces
+    from xarray_zarrmax.storage import sinks
 
     if not sinks.LocalSink(args.dir)._unnamed:
         raise SystemExit(f"no files with no name here (O_TMPFILE, /proc/self/fd): nothing to compare in {args.dir}")

@@ -29,7 +29,7 @@ warnings.filterwarnings("ignore")
 
 
 def one_job_per_batch(fn: Callable[[Any], object], batches: Sequence[Any]) -> None:
-    from xarray_zarrmax._loop import decode_pool
+    from xarray_zarrmax.core.loop import decode_pool
 
     list(decode_pool().map(fn, batches))  # what fetch did before run_batches
 
@@ -47,7 +47,8 @@ def timed_read(path: str, nbytes: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     import zarr
 
-    from xarray_zarrmax import _loop, fetch
+    from xarray_zarrmax.core import loop as _loop
+    from xarray_zarrmax.read import fetch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mib", type=int, default=512)

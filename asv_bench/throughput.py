@@ -117,7 +117,7 @@ _PEAK_SCRIPT = """
 import sys, json, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, {here!r})
-import numpy, xarray, zarr, dask, obstore, xarray_zarrmax.backend
+import numpy, xarray, zarr, dask, obstore, xarray_zarrmax.backend.entrypoint
 from throughput import read_engine
 
 def status(field):

@@ -1,4 +1,4 @@
-"""A/B of encoding into pooled buffers (``xarray_zarrmax._buffers``) against fresh bytes per chunk, in one
+"""A/B of encoding into pooled buffers (``xarray_zarrmax.core.buffers``) against fresh bytes per chunk, in one
 process, rounds interleaved: the same writes as ``write_throughput.py``, with ``shard_encode.POOLED_FROM_BYTES``
 set out of reach for the "bytes" stacks.
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 import write_throughput as wt  # noqa: E402
 from throughput import layouts  # noqa: E402
 
-from xarray_zarrmax import shard_encode  # noqa: E402
+from xarray_zarrmax.codecs import encode as shard_encode  # noqa: E402
 
 
 def main(argv: list[str]) -> None:

@@ -14,7 +14,7 @@ encoding (zstd level 1) for every stack. Stacks, each writing the whole array to
   linked in: the fastest raw write measured here, and what zarrmax does);
 - ``encode``: the encode ceiling: every stored object encoded with zarr's codecs (what zarrmax runs) by a
   thread per core, nothing written; each object's pooled buffer given back once encoded, as zarrmax's sinks
-  give it back once written (`xarray_zarrmax._buffers`), so the ceiling is the encoder's work alone;
+  give it back once written (`xarray_zarrmax.core.buffers`), so the ceiling is the encoder's work alone;
 - ``to_zarr``: ``Dataset.to_zarr`` (engine zarr, Zarr v3) of the dask-chunked Dataset (one dask chunk per
   stored object), dask's threaded scheduler with ``--workers`` threads;
 - ``zarrmax``: ``xarray_zarrmax.to_zarr`` of the same Dataset, same scheduler.
@@ -208,8 +208,8 @@ class Target:
         if self.kind == "local":
             shutil.rmtree(where, ignore_errors=True)
             return
-        from xarray_zarrmax.sinks import ObstoreSink
-        from xarray_zarrmax.stores import ObstoreSource
+        from xarray_zarrmax.storage.sinks import ObstoreSink
+        from xarray_zarrmax.storage.sources import ObstoreSource
 
         ObstoreSink(ObstoreSource(self._obstore(where))).delete_prefix("")
 
@@ -223,15 +223,15 @@ def encode_all(values: np.ndarray, layout: Layout, reference: dict[str, bytes], 
                keep: bool = False) -> dict[str, bytes] | int:
     """Every stored object of "v" (metadata from ``reference``) encoded with zarr's codecs (xarray_zarrmax's
     ObjectCodec) by a thread per core. Timed (``keep`` False): the encoder alone, each object's buffer given back
-    once encoded as a sink gives it back once written (`xarray_zarrmax._buffers`), returning the bytes encoded.
+    once encoded as a sink gives it back once written (`xarray_zarrmax.core.buffers`), returning the bytes encoded.
     ``keep``: the objects, by key, to check against the stored ones."""
     import zarr
 
-    from xarray_zarrmax._buffers import release
-    from xarray_zarrmax.shard_encode import joined, parts_of
-    from xarray_zarrmax.write import _full_object
-    from xarray_zarrmax.write_codec import ObjectCodec
-    from xarray_zarrmax.write_plan import objects_for_block
+    from xarray_zarrmax.core.buffers import release
+    from xarray_zarrmax.core.bytes import joined, parts_of
+    from xarray_zarrmax.write.codec import ObjectCodec
+    from xarray_zarrmax.write.dataset import _full_object
+    from xarray_zarrmax.write.plan import objects_for_block
 
     metadata = zarr.core.metadata.v3.ArrayV3Metadata.from_dict(json.loads(reference["v/zarr.json"]))
     codec = ObjectCodec(metadata, False)

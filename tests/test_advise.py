@@ -13,8 +13,7 @@ import xarray as xr
 from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
-from xarray_zarrmax import fetch, shard, stores
-from xarray_zarrmax.advise import (
+from xarray_zarrmax.advise.advisor import (
     KNOWN_PATTERNS,
     Batch,
     Constraints,
@@ -24,7 +23,7 @@ from xarray_zarrmax.advise import (
     pattern_selections,
     rank,
 )
-from xarray_zarrmax.advise_model import (
+from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
     ReadCounts,
@@ -36,10 +35,13 @@ from xarray_zarrmax.advise_model import (
     morton_order,
     predict,
 )
-from xarray_zarrmax.advise_probe import probe_decoder, probe_reader, probe_store
+from xarray_zarrmax.advise.probe import probe_decoder, probe_reader, probe_store
 from xarray_zarrmax.cli import main
+from xarray_zarrmax.codecs import sharding as shard
 from xarray_zarrmax.config import get_config
-from xarray_zarrmax.layout import Axis, coalesce
+from xarray_zarrmax.core.geometry import Axis, coalesce
+from xarray_zarrmax.read import fetch
+from xarray_zarrmax.storage import sources as stores
 
 SHAPE = (37, 20, 30)
 DIMS = ("time", "lat", "lon")
@@ -416,7 +418,7 @@ def test_report_gives_the_curves_rates() -> None:
 
 
 def test_candidate_lengths_of_a_huge_dimension_come_quickly() -> None:
-    from xarray_zarrmax.advise import _sizes
+    from xarray_zarrmax.advise.advisor import _sizes
 
     assert _sizes(10**9) == [1, 2, 8, 128, 8192, 10**9]  # the divisor search took 26 s
 
@@ -585,7 +587,7 @@ def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.Ca
                                              ("/d/y.zarr", "/d"), ("y.zarr", "."), ("file:///d/y.zarr", "file:///d"),
                                              ("/y.zarr", "/"), ("file:///y.zarr", "file:///"), ("d/", ".")])
 def test_probes_beside_the_store(url: str, parent: str) -> None:
-    from xarray_zarrmax.advise_probe import probe_place
+    from xarray_zarrmax.advise.probe import probe_place
 
     assert probe_place(url) == parent
 

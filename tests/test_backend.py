@@ -11,9 +11,9 @@ import xarray as xr
 import zarr
 
 from xarray_zarrmax import set_config
-from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
+from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint, ZarrmaxStore
 from xarray_zarrmax.errors import MetadataError
-from xarray_zarrmax.stores import resolve_source
+from xarray_zarrmax.storage.sources import resolve_source
 
 
 def era5_like(n_time: int = 24) -> xr.Dataset:
@@ -174,7 +174,7 @@ def test_the_default_groups_only_chunks_given_as_an_empty_dict(tmp_path):
     tree = xr.open_datatree(path, engine="zarrmax", chunks={}, consolidated=False)
     assert tree["v"].chunks == ((100,), (40,))
     # called by anything but xarray's opener (a wrapping backend, say), the stored chunks
-    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
+    from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
 
     plain = ZarrmaxBackendEntrypoint().open_dataset(path, consolidated=False)
     assert plain.v.encoding["preferred_chunks"] == {"t": 10, "x": 8}
@@ -296,7 +296,7 @@ def test_unpickled_stores_are_shared_while_used_and_not_kept_for_ever(monkeypatc
     from zarr.core.buffer import cpu
     from zarr.storage import MemoryStore
 
-    from xarray_zarrmax import stores
+    from xarray_zarrmax.storage import sources as stores
 
     monkeypatch.setattr(stores, "_RECENT_BYTES", 64 << 10)
     memory = MemoryStore()
@@ -542,8 +542,8 @@ def test_a_coordinate_renamed_by_a_wrapping_backend_is_read_when_used(tmp_path, 
 def test_an_index_coordinate_stays_on_the_host_with_a_device(tmp_path, monkeypatch, indexes):
     """With device=, an index coordinate is host data whether or not xarray indexes it (read at the open or
     when used); data variables go through the device."""
-    import xarray_zarrmax.device_read as device_read
-    from xarray_zarrmax.devices import HostDevice
+    import xarray_zarrmax.gpu.read as device_read
+    from xarray_zarrmax.gpu.device import HostDevice
 
     path = tmp_path / "c.zarr"
     _coordinate_store(path)

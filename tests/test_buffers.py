@@ -1,4 +1,4 @@
-"""Large chunks encoded into reused buffers (xarray_zarrmax._buffers): what is written reads back identically
+"""Large chunks encoded into reused buffers (xarray_zarrmax.core.buffers): what is written reads back identically
 with engine="zarr", a buffer is reused only once its bytes were written, and a released buffer cannot be read."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from zarr.codecs import BytesCodec, ZstdCodec
 
 import xarray_zarrmax
 from tests import test_write
-from xarray_zarrmax import _buffers, set_config, shard_encode
-from xarray_zarrmax._buffers import BufferPool, Reused
+from xarray_zarrmax import set_config
+from xarray_zarrmax.codecs import encode as shard_encode
+from xarray_zarrmax.core import buffers as _buffers
+from xarray_zarrmax.core.buffers import BufferPool, Reused
 
 where = test_write.where  # the fixture: a local and a MinIO target
 write = test_write.write

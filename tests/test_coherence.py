@@ -15,8 +15,10 @@ import pytest
 import xarray as xr
 import zarr
 
-from xarray_zarrmax import StoreAccessError, request_counts, set_config, stores
-from xarray_zarrmax.stores import LocalSource, ObjectChanged, ObstoreSource
+from xarray_zarrmax import StoreAccessError, request_counts, set_config
+from xarray_zarrmax.errors import ObjectChanged
+from xarray_zarrmax.storage import sources as stores
+from xarray_zarrmax.storage.sources import LocalSource, ObstoreSource
 
 SHAPE, CHUNKS, SHARDS = (64, 8), (4, 8), (32, 8)
 CASES = ("same-size", "other-size", "deleted", "added")

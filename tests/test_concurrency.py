@@ -15,7 +15,7 @@ import xarray as xr
 import zarr
 
 from xarray_zarrmax import get_config, set_config
-from xarray_zarrmax._budget import request_slot
+from xarray_zarrmax.core.budget import request_slot
 
 # -- set_config -------------------------------------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ def test_inflight_budget_holds_for_merged_ranges_and_indexes(chunk, per_shard, o
 def test_byte_budget_order_oversize_and_cancellation():
     """ByteBudget: within capacity, or one fetch alone; finishing fetches first; no overtaking within a queue;
     a cancelled waiter neither leaks nor loses bytes."""
-    from xarray_zarrmax._budget import ByteBudget
+    from xarray_zarrmax.core.budget import ByteBudget
 
     async def scenario() -> list[str]:
         budget = ByteBudget(100)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tests.strategies import NUMERIC_DTYPES, array_specs, write_array
 from xarray_zarrmax import CorruptDataError
-from xarray_zarrmax.backend import ZarrmaxStore
-from xarray_zarrmax.device_read import device_decodable, read_selection_on
-from xarray_zarrmax.devices import HostDevice, PinnedPool
-from xarray_zarrmax.layout import Axis
-from xarray_zarrmax.stores import resolve_source
+from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
+from xarray_zarrmax.core.geometry import Axis
+from xarray_zarrmax.gpu.device import HostDevice, PinnedPool
+from xarray_zarrmax.gpu.read import device_decodable, read_selection_on
+from xarray_zarrmax.storage.sources import resolve_source
 
 
 def test_import_does_not_import_cupy():
@@ -30,7 +30,7 @@ def test_import_does_not_import_cupy():
 
 def test_cuda_without_cupy_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # as if cupy were not installed
-    import xarray_zarrmax.gpu as gpu
+    import xarray_zarrmax.gpu.cuda as gpu
 
     monkeypatch.setattr(gpu, "_device", None)
     zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)

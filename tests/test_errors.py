@@ -152,7 +152,7 @@ def test_wrong_credentials_name_endpoint_never_secret(minio, bucket):
 
 
 def test_source_repr_hides_secrets(minio, bucket):
-    from xarray_zarrmax.stores import resolve_source
+    from xarray_zarrmax.storage.sources import resolve_source
 
     source = resolve_source(f"s3://{bucket}/x.zarr", minio.storage_options())
     assert SECRET_KEY not in repr(source) and SECRET_KEY not in source.label

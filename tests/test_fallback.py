@@ -15,8 +15,8 @@ import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
 from tests.test_backend import assert_same_dataset
-from xarray_zarrmax.backend import ZarrmaxStore
-from xarray_zarrmax.stores import resolve_source
+from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
+from xarray_zarrmax.storage.sources import resolve_source
 
 
 def open_both(target: Any, **kw: Any) -> tuple[xr.Dataset, xr.Dataset]:

@@ -154,7 +154,7 @@ def test_minio_down_fails_in_bounded_time(minio, bucket, dataset, toxiproxy, pro
 
 def test_only_server_status_codes_decide_retries():
     """A number inside a key is not a status code: a 400 on key v/c/500/0 is not retried as a 500."""
-    from xarray_zarrmax.stores import _is_transient
+    from xarray_zarrmax.storage.sources import _is_transient
 
     assert not _is_transient(Exception("GET v/c/500/0: Server returned non-2xx status code: 400 Bad Request"))
     assert _is_transient(Exception("GET v/c/400/0: Server returned non-2xx status code: 503 Slow Down"))
@@ -166,7 +166,7 @@ def test_a_failed_read_cancels_its_other_requests():
     """gather_or_cancel: the first error reaches the caller at once and the rest stop, not run on."""
     import asyncio
 
-    from xarray_zarrmax._loop import gather_or_cancel, run_sync
+    from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
 
     cancelled = []
 

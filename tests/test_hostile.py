@@ -16,8 +16,8 @@ from zarr.codecs import ZstdCodec
 
 from tests.test_errors import read_all, rewrite_index, shard_file, sharded_store
 from xarray_zarrmax import CorruptDataError, MetadataError, set_config
-from xarray_zarrmax.decode import SMALL_ZSTD_BYTES
-from xarray_zarrmax.shard import ShardFormat, parse_index
+from xarray_zarrmax.codecs.decode import SMALL_ZSTD_BYTES
+from xarray_zarrmax.codecs.sharding import ShardFormat, parse_index
 
 
 def test_overlapping_index_entries(tmp_path):
@@ -414,7 +414,7 @@ def test_huge_declared_shape_opens_lazily_as_engine_zarr(tmp_path, chunks):
 def test_huge_declared_shape_on_the_device_is_refused_at_open(tmp_path, monkeypatch):
     """With device="cuda" every array is a dask array of one block per object: refused before any is planned,
     before CuPy is used (here without a GPU: the check that CuPy imports is skipped)."""
-    import xarray_zarrmax.backend as backend
+    import xarray_zarrmax.backend.entrypoint as backend
 
     monkeypatch.setattr(backend, "resolve_device", lambda device: None)
     group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)
@@ -471,7 +471,7 @@ def _overlaps_by_lexsort(offsets: np.ndarray, lengths: np.ndarray, chunks: np.nd
 def test_overlap_check_agrees_with_the_lexsort_order(entries):
     """The overlap check sorts by offset alone when no two offsets are equal: same verdict and same pair named
     as sorting by offset then length, ties (deduplicated or clashing entries) included."""
-    from xarray_zarrmax.shard import _check_overlaps
+    from xarray_zarrmax.codecs.sharding import _check_overlaps
 
     offsets = np.array([o for o, _ in entries], dtype=np.uint64)
     lengths = np.array([n for _, n in entries], dtype=np.uint64)
@@ -578,7 +578,7 @@ def test_truncated_object_in_partial_read(tmp_path):
 
 def test_cached_index_does_not_keep_the_shard_alive(tmp_path):
     """The parsed index is a copy: a view would pin every shard object read for as long as it is cached."""
-    from xarray_zarrmax.shard import split_index
+    from xarray_zarrmax.codecs.sharding import split_index
 
     fmt = ShardFormat(chunks_per_shard=(2,), index_at_end=True, index_big_endian=False, index_crc32c=False)
     shard = np.zeros(64 + fmt.index_nbytes, dtype=np.uint8)

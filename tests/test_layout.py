@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xarray_zarrmax.layout import (
+from xarray_zarrmax.core.geometry import (
     Axis,
     PointPiece,
     apply_outer,
@@ -159,7 +159,7 @@ def test_coalesce_merges_close_ranges_and_keeps_members():
 def test_zstd_declared_size_matches_what_zstd_decodes(payload, level):
     import numcodecs
 
-    from xarray_zarrmax.decode import declared_size
+    from xarray_zarrmax.codecs.decode import declared_size
 
     frame = numcodecs.Zstd(level=level).encode(payload)
     assert declared_size("zstd", frame) == len(payload)
@@ -171,7 +171,7 @@ def test_zstd_declared_size_matches_what_zstd_decodes(payload, level):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=40), min_size=1, max_size=6), st.data())
 def test_segments_view_equals_the_joined_bytes(parts, data):
-    from xarray_zarrmax.stores import Segments, view
+    from xarray_zarrmax.core.bytes import Segments, view
 
     joined = b"".join(parts)
     seg = Segments(parts)
@@ -183,7 +183,7 @@ def test_segments_view_equals_the_joined_bytes(parts, data):
 
 
 def test_decode_batches_split_work_evenly_in_order():
-    from xarray_zarrmax.fetch import _batches
+    from xarray_zarrmax.read.fetch import _batches
 
     work = list(range(10))
     assert _batches(work, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
@@ -194,7 +194,7 @@ def test_decode_batches_split_work_evenly_in_order():
 
 
 def test_task_chunks_group_small_objects_innermost_dimension_first():
-    from xarray_zarrmax.layout import task_chunks
+    from xarray_zarrmax.core.geometry import task_chunks
 
     mib = 2**20
     # 1-D: 0.8 MB chunks of int64 grouped to about 32 MiB (41 chunks), never past the array

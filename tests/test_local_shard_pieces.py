@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
-import xarray_zarrmax.fetch as fetch
+import xarray_zarrmax.read.fetch as fetch
 from tests.strategies import any_selection, array_specs, write_array
 from tests.test_backend import assert_same_dataset
 from tests.test_equivalence import _check
 from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
-from xarray_zarrmax.stores import OpenedFile
+from xarray_zarrmax.storage.sources import OpenedFile
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def _sharded(path: Path, version: int = 0) -> Path:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_shard_is_its_index_then_pieces_and_the_index_is_cached(tmp_path, monkeypatch, threads):
-    import xarray_zarrmax.stores as stores
+    import xarray_zarrmax.storage.sources as stores
 
     monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)  # files just written may be trusted across reads here
     _pieces_of_four(monkeypatch)

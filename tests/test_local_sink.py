@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from xarray_zarrmax import sinks
-from xarray_zarrmax.shard_encode import Pieces
+from xarray_zarrmax.core.bytes import Pieces
+from xarray_zarrmax.storage import sinks
 
 HAS_UNNAMED_FILES = sinks.LocalSink(".")._unnamed
 

@@ -8,7 +8,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import ZstdCodec
 
-from xarray_zarrmax import _memory
+from xarray_zarrmax.core import memory as _memory
 
 ALIGNED = _memory.HUGE_PAGE
 

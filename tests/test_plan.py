@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xarray_zarrmax.decode import Unsupported
-from xarray_zarrmax.plan import ArrayPlan, plan_array
+from xarray_zarrmax.errors import Unsupported
+from xarray_zarrmax.read.plan import ArrayPlan, plan_array
 
 V3_SHARDED: dict[str, Any] = {
     "zarr_format": 3, "node_type": "array", "shape": [8, 6], "data_type": "float32",

@@ -9,8 +9,8 @@ import time
 import pytest
 
 import xarray_zarrmax
-from xarray_zarrmax import _loop
-from xarray_zarrmax._loop import run_batches
+from xarray_zarrmax.core import loop as _loop
+from xarray_zarrmax.core.loop import run_batches
 
 
 class _CountingSubmits:

@@ -7,7 +7,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from xarray_zarrmax import request_counts, set_config, stores
+from xarray_zarrmax import request_counts, set_config
+from xarray_zarrmax.storage import sources as stores
 
 
 def write_sharded(store) -> None:

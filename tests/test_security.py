@@ -21,9 +21,9 @@ from obstore.store import HTTPStore, S3Store
 from zarr.storage import LocalStore, MemoryStore
 
 from xarray_zarrmax import StoreAccessError, request_counts
-from xarray_zarrmax._loop import run_sync
-from xarray_zarrmax._redact import redact, scrubbed, secrets_in
-from xarray_zarrmax.stores import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
+from xarray_zarrmax.core.loop import run_sync
+from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in
+from xarray_zarrmax.storage.sources import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
 from xarray_zarrmax.testing import SECRET_KEY, free_port
 
 PASSWORD = "hunter2-pw"

@@ -18,7 +18,7 @@ import xarray_zarrmax
 from tests.test_backend import assert_same_dataset, era5_like, write
 from tests.test_coherence import CASES, _change, _create, _reads
 from xarray_zarrmax import request_counts, set_config
-from xarray_zarrmax.stores import (
+from xarray_zarrmax.storage.sources import (
     LocalSource,
     ObstoreSource,
     ZarrStoreSource,

@@ -21,10 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import xarray_zarrmax
-from xarray_zarrmax import request_counts, set_config, sinks
-from xarray_zarrmax.stores import ObjectChanged
+from xarray_zarrmax import request_counts, set_config
+from xarray_zarrmax.errors import ObjectChanged
+from xarray_zarrmax.storage import sinks
 from xarray_zarrmax.testing import MinioServer
-from xarray_zarrmax.write_plan import aligned_chunks, check_aligned, misaligned_boundary, objects_for_block
+from xarray_zarrmax.write.plan import aligned_chunks, check_aligned, misaligned_boundary, objects_for_block
 
 _counter = itertools.count()
 
@@ -131,8 +132,8 @@ def test_direct_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: in
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.chunk_utils import encode_or_elide_chunk
 
-    from xarray_zarrmax.shard_encode import PlainEncoder
-    from xarray_zarrmax.write_codec import ObjectCodec
+    from xarray_zarrmax.codecs.encode import PlainEncoder
+    from xarray_zarrmax.write.codec import ObjectCodec
 
     np_dtype = np.dtype(dtype)
     if fill == "nan" and np_dtype.kind not in "fc":
@@ -169,8 +170,9 @@ def test_shard_encoder_writes_zarrs_bytes(dtype: str, endian: str, compress: int
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.chunk_utils import encode_or_elide_chunk
 
-    from xarray_zarrmax.shard_encode import Pieces, ShardEncoder
-    from xarray_zarrmax.write_codec import ObjectCodec
+    from xarray_zarrmax.codecs.encode import ShardEncoder
+    from xarray_zarrmax.core.bytes import Pieces
+    from xarray_zarrmax.write.codec import ObjectCodec
 
     np_dtype = np.dtype(dtype)
     if fill == "nan" and np_dtype.kind not in "fc":
@@ -251,8 +253,9 @@ def test_a_merge_keeps_the_stored_bytes_of_chunks_it_does_not_write(compressor: 
     import numcodecs
     import zarr
 
-    from xarray_zarrmax.shard_encode import ShardEncoder, joined
-    from xarray_zarrmax.write_codec import ObjectCodec
+    from xarray_zarrmax.codecs.encode import ShardEncoder
+    from xarray_zarrmax.core.bytes import joined
+    from xarray_zarrmax.write.codec import ObjectCodec
 
     codecs = {"zstd": [zarr.codecs.ZstdCodec(level=1)], "gzip": [zarr.codecs.GzipCodec(level=1)]}[compressor]
     array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8,), chunks=(2,), shards=(8,), dtype="<f8",
@@ -279,8 +282,8 @@ def test_shards_of_other_inner_codecs_and_indexes_are_laid_out_here() -> None:
     is left to zarr's chain."""
     import zarr
 
-    from xarray_zarrmax.shard_encode import ChainEncoder, PlainEncoder
-    from xarray_zarrmax.write_codec import ObjectCodec
+    from xarray_zarrmax.codecs.encode import ChainEncoder, PlainEncoder
+    from xarray_zarrmax.write.codec import ObjectCodec
 
     def fast(**kwargs: Any) -> Any:
         array = zarr.create_array(zarr.storage.MemoryStore(), shape=(8,), chunks=(4,), dtype="f4", **kwargs)
@@ -380,7 +383,7 @@ def test_shards_reach_the_store_in_parts_never_joined(where: dict[str, Any], mon
     """A shard goes to the store as its encoded chunks and index, never joined into one new buffer (a copy of
     the whole shard into fresh memory: docs/performance-analysis.md). Region writes included: their merged
     shards go by conditional PUT, also in parts."""
-    from xarray_zarrmax.shard_encode import Pieces
+    from xarray_zarrmax.core.bytes import Pieces
 
     def refuse(self: Pieces) -> bytes:
         raise AssertionError("a shard was joined on its way to the store")
@@ -400,7 +403,7 @@ def test_one_dask_task_per_shard(tmp_path: Path) -> None:
     """Writing runs exactly one write task per shard (dask chunk = shard here)."""
     calls = []
     seen = threading.Lock()
-    original = xarray_zarrmax.write.write_blocks
+    original = xarray_zarrmax.write.dataset.write_blocks
 
     def counting(blocks: Any, write: Any, sink: Any, starts: list[tuple[int, ...]]) -> int:
         with seen:
@@ -410,7 +413,7 @@ def test_one_dask_task_per_shard(tmp_path: Path) -> None:
     ds = sample().drop_vars(["count", "flag"]).chunk({"time": 8})
     import unittest.mock
 
-    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", counting):
+    with unittest.mock.patch.object(xarray_zarrmax.write.dataset, "write_blocks", counting):
         xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding={"temp": SHARDED})
     assert sorted(starts for path, starts in calls if path == "temp") == [[(0, 0, 0)], [(8, 0, 0)], [(16, 0, 0)]]
     check_reads(tmp_path / "a.zarr", sample().drop_vars(["count", "flag"]))
@@ -899,10 +902,10 @@ def test_stale_etag_is_refused_so_merges_cannot_lose_data(minio: MinioServer, bu
     test_concurrent_partial_writers_lose_nothing_minio and the PUTs made unconditional: 10 to 13 of the 16
     time steps lost (3 runs each, twice), none with the conditions (zarr-python's to_zarr: 40 of 64 with 8
     writers, see DESIGN.md)."""
-    from xarray_zarrmax.stores import s3_store_from_url
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/etag{next(_counter)}", minio.storage_options()))
-    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.core.loop import run_sync
 
     run_sync(sink.put_async("k", b"original"))
     a_read = run_sync(sink.source._get_versioned("GET", "k", {}))
@@ -919,8 +922,8 @@ def test_stale_etag_is_refused_so_merges_cannot_lose_data(minio: MinioServer, bu
 def test_update_retries_after_losing_a_race(tmp_path: Path, minio: MinioServer, bucket: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A write that lands between our read and our conditional PUT makes us read and merge again."""
-    from xarray_zarrmax._loop import run_sync
-    from xarray_zarrmax.stores import s3_store_from_url
+    from xarray_zarrmax.core.loop import run_sync
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/race{next(_counter)}", minio.storage_options()))
     run_sync(sink.put_async("k", b"0"))
@@ -941,8 +944,9 @@ def test_conditional_put_applied_but_reported_failed_is_merged_again(minio: Mini
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The server applied our conditional PUT, the connection broke before we heard: we read again, find
     our own write, merge the same values again and PUT once more. Nothing is doubled or lost."""
-    from xarray_zarrmax._loop import run_sync
-    from xarray_zarrmax.stores import RequestFailed, s3_store_from_url
+    from xarray_zarrmax.core.loop import run_sync
+    from xarray_zarrmax.errors import RequestFailed
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/lost{next(_counter)}", minio.storage_options()))
     run_sync(sink.put_async("k", b"ab"))
@@ -972,8 +976,8 @@ def test_a_likely_new_object_is_created_in_one_request_and_merged_where_it_exist
     """``likely_new``: one PUT with If-None-Match and no read where the key is free; where another writer
     created the object, that PUT fails and the object is read and merged as usual, nothing lost; where the
     merge of nothing stores nothing, the object is read (one there must be merged, not skipped)."""
-    from xarray_zarrmax._loop import run_sync
-    from xarray_zarrmax.stores import s3_store_from_url
+    from xarray_zarrmax.core.loop import run_sync
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/new{next(_counter)}", minio.storage_options()))
     seen: list[bytes | None] = []
@@ -1005,8 +1009,9 @@ def test_a_conditional_put_answered_409_is_read_and_merged_again(minio: MinioSer
     """AWS S3 answers a create-only PUT with 409 ConditionalRequestConflict while another conditional write of
     the key is in flight (obstore retries it for If-Match only): the merge is read and made again, not given up.
     Here the other writer's object lands with the 409."""
-    from xarray_zarrmax._loop import run_sync
-    from xarray_zarrmax.stores import RequestFailed, s3_store_from_url
+    from xarray_zarrmax.core.loop import run_sync
+    from xarray_zarrmax.errors import RequestFailed
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/c409{next(_counter)}", minio.storage_options()))
     original = sinks.ObstoreSink.put_async
@@ -1161,7 +1166,7 @@ def test_refused_and_unreachable_writes_raise_what_refused_reads_raise(minio: Mi
 
 
 def test_data_errors_name_the_array(minio: MinioServer, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xarray_zarrmax.stores import RequestFailed
+    from xarray_zarrmax.errors import RequestFailed
 
     original = sinks.ObstoreSink.put_async
 
@@ -1278,7 +1283,7 @@ def test_in_memory_data_is_cut_into_blocks_of_whole_objects(start: int, length: 
                                                            target: int, min_blocks: int) -> None:
     """Blocks of whole objects: every boundary between two blocks is an object boundary, and each block holds
     at most as many objects as fit in ``target`` (one at least) and as leave ``min_blocks`` blocks."""
-    from xarray_zarrmax.write_plan import grouped_chunks
+    from xarray_zarrmax.write.plan import grouped_chunks
 
     chunks = grouped_chunks((start, 0), (length, rows), (size, 2), 8, target_bytes=target, min_blocks=min_blocks)
     assert tuple(sum(c) for c in chunks) == (length, rows)
@@ -1296,7 +1301,7 @@ def test_in_memory_data_of_small_objects_is_written_in_few_tasks(tmp_path: Path)
     """Not one task per object: with 2 dask threads, 4 tasks for 240 chunks (each task sends its PUTs at
     once), and the store reads back as Dataset.to_zarr's."""
     calls = []
-    original = xarray_zarrmax.write.write_blocks
+    original = xarray_zarrmax.write.dataset.write_blocks
     seen = threading.Lock()
 
     def counting(blocks: Any, write: Any, sink: Any, starts: list[tuple[int, ...]]) -> int:
@@ -1309,7 +1314,7 @@ def test_in_memory_data_of_small_objects_is_written_in_few_tasks(tmp_path: Path)
     values = np.random.default_rng(0).normal(size=(2, 721, 1440)).astype("f4")
     ds = xr.Dataset({"t2m": (("time", "lat", "lon"), values)})
     encoding = {"t2m": {"chunks": (1, 100, 100)}}
-    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", counting), \
+    with unittest.mock.patch.object(xarray_zarrmax.write.dataset, "write_blocks", counting), \
             dask.config.set(num_workers=2):
         xarray_zarrmax.to_zarr(ds, tmp_path / "a.zarr", encoding=encoding)
     assert sorted(calls) == [("t2m", (t, lat, 0), (1, n, 1440)) for t in (0, 1) for lat, n in ((0, 400), (400, 321))]
@@ -1347,8 +1352,8 @@ def test_merges_of_one_task_run_at_once_on_s3_and_each_failure_is_named(tmp_path
                                                                         bucket: str) -> None:
     """A task's read-merge-writes are concurrent on S3 (two merges that each wait for the other would hang
     one after another), all of them run when one fails, and the error names the failed key."""
-    from xarray_zarrmax.sinks import Update
-    from xarray_zarrmax.stores import s3_store_from_url
+    from xarray_zarrmax.storage.sinks import Update
+    from xarray_zarrmax.storage.sources import s3_store_from_url
 
     sink = sinks.ObstoreSink(s3_store_from_url(f"s3://{bucket}/many{next(_counter)}", minio.storage_options()))
     both = threading.Barrier(2, timeout=10)
@@ -1367,7 +1372,7 @@ def test_merges_of_one_task_run_at_once_on_s3_and_each_failure_is_named(tmp_path
     def broken(stored: Any) -> bytes:
         raise ValueError("this merge fails")
 
-    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.core.loop import run_sync
 
     for each in (sink, sinks.LocalSink(tmp_path)):  # concurrent, and one after another
         done.clear()
@@ -1381,7 +1386,7 @@ def test_merges_of_one_task_run_at_once_on_s3_and_each_failure_is_named(tmp_path
 def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
     """The data tasks run on whatever scheduler is in force (here: synchronous, in this thread)."""
     threads = set()
-    original = xarray_zarrmax.write.write_blocks
+    original = xarray_zarrmax.write.dataset.write_blocks
 
     def recording(*args: Any, **kwargs: Any) -> int:
         threads.add(threading.get_ident())
@@ -1389,7 +1394,7 @@ def test_dask_scheduler_is_the_callers(tmp_path: Path) -> None:
 
     import unittest.mock
 
-    with unittest.mock.patch.object(xarray_zarrmax.write, "write_blocks", recording), \
+    with unittest.mock.patch.object(xarray_zarrmax.write.dataset, "write_blocks", recording), \
             dask.config.set(scheduler="synchronous"):
         xarray_zarrmax.to_zarr(sample().chunk({"time": 8}), tmp_path / "a.zarr", encoding={"temp": SHARDED})
     assert threads == {threading.get_ident()}
@@ -1480,7 +1485,7 @@ def test_staging_knows_what_is_left_under_a_prefix_after_deletes(tmp_path: Path)
     icechunk = pytest.importorskip("icechunk")
     import zarr
 
-    from xarray_zarrmax._staging import StagingStore
+    from xarray_zarrmax.write.staging import StagingStore
 
     repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
     session = repo.writable_session("main")
@@ -1562,7 +1567,7 @@ def test_icechunk_compute_false_returns_the_fork_to_merge(tmp_path: Path) -> Non
 
 
 def _session_keys(session: Any) -> list[str]:
-    from xarray_zarrmax._loop import run_sync
+    from xarray_zarrmax.core.loop import run_sync
 
     async def keys() -> list[str]:
         return [k async for k in session.store.list()]
@@ -1760,7 +1765,7 @@ def test_empty_chunks_are_decided_as_zarr_decides(dtype: str, fill: Any, first: 
     from zarr.core.chunk_utils import chunk_is_empty
     from zarr.core.dtype import parse_dtype
 
-    from xarray_zarrmax.shard_encode import _is_empty
+    from xarray_zarrmax.codecs.encode import _is_empty
 
     zdtype = parse_dtype(np.dtype(dtype), zarr_format=3)
     fill_value = zdtype.cast_scalar(fill)

@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 
 import xarray_zarrmax
-from xarray_zarrmax.advise_model import Costs, Layout
+from xarray_zarrmax.advise.model import Costs, Layout
 
 TIME_FIRST = Layout((24, 2, 2), (48, 10, 10))  # whole time series in one object
 MAP_FIRST = Layout((1, 20, 25), (4, 20, 50))  # whole maps in one object
@@ -234,7 +234,7 @@ def test_a_failed_probe_shows_no_secret_and_says_where_it_probed(minio: Any, buc
 
 def test_a_probe_that_cannot_write_beside_the_target_says_how_to_probe_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xarray_zarrmax import advise_probe
+    from xarray_zarrmax.advise import probe as advise_probe
 
     def read_only(self: Any, name: str, data: bytes) -> None:
         raise OSError(30, "Read-only file system", str(self.root / name))
@@ -293,7 +293,7 @@ def test_options_the_search_cannot_use_are_refused_before_the_probe(tmp_path: Pa
 
 @pytest.mark.parametrize(("patterns", "accepted"), [({"map": True}, False), ({"map": np.float32(0.5)}, True)])
 def test_weights_are_real_numbers_not_booleans(patterns: dict[str, Any], accepted: bool) -> None:
-    from xarray_zarrmax.advise import parse_patterns
+    from xarray_zarrmax.advise.advisor import parse_patterns
 
     if accepted:
         assert parse_patterns(patterns) == patterns

@@ -1,5 +1,5 @@
 """Incompressible zstd chunks (frames of raw blocks) read from local files straight into the output
-(`xarray_zarrmax.zstd_raw`), and every frame that only looks like one decoded as zarr-python decodes it."""
+(`xarray_zarrmax.read.raw_zstd`), and every frame that only looks like one decoded as zarr-python decodes it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
-from xarray_zarrmax import CorruptDataError, request_counts, zstd_raw
-from xarray_zarrmax.zstd_raw import BLOCK
+from xarray_zarrmax import CorruptDataError, request_counts
+from xarray_zarrmax.read import raw_zstd as zstd_raw
+from xarray_zarrmax.read.raw_zstd import BLOCK
 
 
 def _write(path, n: int, chunk: int, *, checksum: bool = False, seed: int = 0) -> np.ndarray:
@@ -31,7 +32,7 @@ def _read(path, engine: str) -> np.ndarray:
 @pytest.fixture
 def outcomes(monkeypatch):
     """What each `zstd_raw.read_into` call returned, in order."""
-    import xarray_zarrmax.fetch as fetch
+    import xarray_zarrmax.read.fetch as fetch
 
     seen: list[bool] = []
     real = zstd_raw.read_into

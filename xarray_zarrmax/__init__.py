@@ -7,13 +7,13 @@ per shard.
 
 from __future__ import annotations
 
-from . import accessor as accessor  # registers ds.zarrmax with xarray
-from .accounting import RequestCounts, request_counts
-from .advise import AdviceReport, advise
-from .config import Config, get_config, set_config
-from .errors import CorruptDataError, DecodeError, MetadataError, StoreAccessError, ZarrmaxError
-from .stores import glob
-from .write import to_zarr
+from xarray_zarrmax import accessor as accessor  # registers ds.zarrmax with xarray
+from xarray_zarrmax.advise.advisor import AdviceReport, advise
+from xarray_zarrmax.config import Config, get_config, set_config
+from xarray_zarrmax.core.accounting import RequestCounts, request_counts
+from xarray_zarrmax.errors import CorruptDataError, DecodeError, MetadataError, StoreAccessError, ZarrmaxError
+from xarray_zarrmax.storage import glob
+from xarray_zarrmax.write.dataset import to_zarr
 
 __version__ = "0.1.0"
 

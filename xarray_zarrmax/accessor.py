@@ -14,14 +14,14 @@ from typing import Any
 
 import xarray as xr
 
-from .advise import AdviceReport, advise
-from .write import _as_dataset, to_zarr
+from xarray_zarrmax.advise.advisor import AdviceReport, advise
+from xarray_zarrmax.write.dataset import _as_dataset, to_zarr
 
 
 @xr.register_dataset_accessor("zarrmax")
 class ZarrmaxAccessor:
     """``ds.zarrmax.to_zarr(store, ...)`` is ``xarray_zarrmax.to_zarr(ds, store, ...)``;
-    ``ds.zarrmax.advise(patterns, ...)`` is ``xarray_zarrmax.advise(ds, patterns, ...)``."""
+    ``ds.zarrmax.advise(patterns, ...)`` is ``xarray_zarrmax.advise.advisor(ds, patterns, ...)``."""
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds

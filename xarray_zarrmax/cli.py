@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from ._redact import redact, secrets_in
-from .config import get_config
+from xarray_zarrmax.config import get_config
+from xarray_zarrmax.core.redact import redact, secrets_in
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -41,8 +41,8 @@ def _open(args: argparse.Namespace, chunks: Any) -> Any:
 
 
 def info(args: argparse.Namespace) -> int:
-    from .accounting import request_counts
-    from .backend import FallbackArray, ZarrmaxArray
+    from xarray_zarrmax.backend.entrypoint import FallbackArray, ZarrmaxArray
+    from xarray_zarrmax.core.accounting import request_counts
 
     start = time.perf_counter()
     with request_counts() as counts:
@@ -68,7 +68,7 @@ def bench(args: argparse.Namespace) -> int:
     import dask
     from dask.diagnostics import ProgressBar
 
-    from .accounting import request_counts
+    from xarray_zarrmax.core.accounting import request_counts
 
     ds = _open(args, {})
     names = args.variable or list(ds.data_vars)
@@ -125,9 +125,9 @@ def _selection(text: str, spec: str, usage: str = "--select NAME:WEIGHT:DIM=STAR
 
 
 def advise(args: argparse.Namespace) -> int:
-    from .advise import Batch
-    from .advise import advise as run_advice
-    from .advise_probe import probe_place
+    from xarray_zarrmax.advise.advisor import Batch
+    from xarray_zarrmax.advise.advisor import advise as run_advice
+    from xarray_zarrmax.advise.probe import probe_place
 
     patterns: dict[str, Any] = {}
     for text in args.pattern:

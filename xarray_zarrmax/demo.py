@@ -47,7 +47,7 @@ def _open(path: Path, engine: str, counts: Counter[str]) -> Any:
     import xarray as xr
     from zarr.storage import LocalStore
 
-    from .testing import counting_store
+    from xarray_zarrmax.testing import counting_store
 
     if engine == "zarr":  # zarr-python's requests, counted by a wrapper around its store
         return xr.open_dataset(counting_store(LocalStore(path, read_only=True), counts), engine="zarr", chunks={},
@@ -58,7 +58,7 @@ def _open(path: Path, engine: str, counts: Counter[str]) -> Any:
 def timed_read(path: Path, engine: str) -> tuple[float, Counter[str]]:
     """Seconds to open the dataset and read every variable, and the requests that took. The values are dropped
     before returning, so the next read does not run on memory this one still holds."""
-    from .accounting import request_counts
+    from xarray_zarrmax.core.accounting import request_counts
 
     counts: Counter[str] = Counter()
     with request_counts() as ours:

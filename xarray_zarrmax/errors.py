@@ -81,3 +81,22 @@ class MissingDimensionsError(MetadataError, KeyError):
     """An array lacks the dimension names xarray needs (xarray's zarr backend: KeyError)."""
 
     __str__ = Exception.__str__  # not KeyError's quoted repr
+
+
+# -- signals between our own layers: raised and caught inside the package, never reaching a user ----------
+
+
+class Unsupported(Exception):
+    """The array is outside the fast path (the message says why): it is read by zarr-python instead."""
+
+
+class ObjectChanged(Exception):
+    """The object is no longer the version a read started from (rewritten or deleted): read it afresh."""
+
+
+class RequestFailed(StoreAccessError):
+    """A request the store answered with an error (``status``: its HTTP status, where it said)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status

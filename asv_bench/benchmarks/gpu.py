@@ -15,7 +15,7 @@ from .helpers import CUBE, ENGINES, SHARDED, WORKERS, ReadTarget
 
 
 def zarrmax_takes_device() -> bool:
-    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
+    from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
 
     return "device" in ZarrmaxBackendEntrypoint.open_dataset_parameters
 

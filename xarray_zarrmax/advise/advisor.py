@@ -1,0 +1,631 @@
+"""Layout advice: which (chunks, shards) make a mix of access patterns fastest on a given store.
+
+>>> report = xarray_zarrmax.advise.advisor(ds, patterns={"timeseries": 0.5, "map": 0.5}, store="s3://bucket/probe/")
+>>> xarray_zarrmax.to_zarr(ds, url, encoding=report.best.encoding)
+
+The access patterns become box selections (`pattern_selections`), candidate layouts are generated per
+dimension (`candidate_layouts`), each is costed by `advise_model` under numbers probed from the store and the
+decoder (`advise_probe`), and the ones meeting the constraints are ranked by the weighted predicted time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import sys
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xarray_zarrmax.advise.model import (
+    Costs,
+    Layout,
+    Prediction,
+    Reader,
+    count_read,
+    decode_rate,
+    object_count,
+    object_nbytes,
+    predict,
+    task_memory,
+)
+from xarray_zarrmax.advise.probe import Progress, probe_decoder, probe_reader, probe_store, text_progress
+from xarray_zarrmax.config import get_config
+from xarray_zarrmax.core.geometry import Axis, Selection
+
+KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
+
+#: random-batch by default: windows per batch, each of 8 time steps x 32 cells along every other dimension
+BATCH_WINDOWS = 16
+BATCH_TIME = 8
+BATCH_SPACE = 32
+#: region-mean: the box's side in coordinate units (degrees) when the coordinate is regular, else this
+#: fraction of the dimension (10 of 180 degrees)
+REGION_DEGREES = 10.0
+MAP_MEAN_STEPS = 6
+
+MB = 2**20
+
+PatternSpec = float | tuple[float, Mapping[Hashable, slice | int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The ``random-batch`` pattern: ``windows`` windows at seeded random places, each ``window[dim]`` long
+    along the dimensions it names (default: 8 time steps, 32 cells along each other dimension)."""
+
+    windows: int = BATCH_WINDOWS
+    window: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """Limits a layout must meet: bytes of one stored object, stored objects per variable, and the memory one
+    ``chunks={}`` dask task needs (its block's values plus their bytes: see `advise_model.task_memory`). None:
+    no limit."""
+
+    max_object_bytes: int | None = None
+    max_objects: int | None = None
+    task_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One layout and what it is predicted to cost, per pattern and weighted."""
+
+    layout: Layout
+    variables: tuple[str, ...]
+    predictions: Mapping[str, Prediction]
+    score: float  # sum of weight x predicted seconds
+    object_bytes: int
+    objects: int
+    task_memory: int
+
+    @property
+    def encoding(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """Per data variable, ``{"chunks": ..., "shards": ...}`` for ``to_zarr(..., encoding=...)``."""
+        return {name: self.layout.encoding() for name in self.variables}
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceReport:
+    """Candidate layouts ranked best first, with the calibration they were costed under."""
+
+    variable: str
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    patterns: Mapping[str, float]
+    costs: Costs
+    reader: Reader
+    calibrated: bool
+    candidates: tuple[Candidate, ...] = field(repr=False)
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def table(self) -> Any:
+        """A pandas DataFrame, one row per candidate (best first): the layout, then per pattern its objects,
+        requests, bytes, round trips, predicted seconds and peak memory (MB), and the weighted score."""
+        import pandas as pd
+
+        rows = []
+        for c in self.candidates:
+            row: dict[str, Any] = {"layout": str(c.layout), "chunks": c.layout.chunks, "shards": c.layout.shards,
+                                   "object_mb": c.object_bytes / MB, "objects": c.objects,
+                                   "task_mb": c.task_memory / MB}
+            for name, p in c.predictions.items():
+                row |= {f"{name}:objects": p.counts.objects, f"{name}:requests": p.counts.requests,
+                        f"{name}:bytes": p.counts.bytes, f"{name}:round_trips": p.counts.round_trips,
+                        f"{name}:seconds": p.seconds, f"{name}:peak_mb": p.counts.peak_bytes / MB}
+            row["score"] = c.score
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def __str__(self) -> str:
+        where = "probed" if self.calibrated else "assumed (no store probed)"
+        c = self.costs
+        # with a curve, the rates it gives: large chunks at its largest size, and 16 kB chunks where it spans
+        # that size (a sample under 4 KiB is one point, below it)
+        large = decode_rate(c.decode_curve, float("inf"), c.decode_bps)
+        small = (f" ({decode_rate(c.decode_curve, 16e3, c.decode_bps) / 1e6:.0f} in 16 kB chunks)"
+                 if c.decode_curve and c.decode_curve[0][0] <= 16e3 <= c.decode_curve[-1][0] else "")
+        lines = [
+            f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}, "
+            f"mix {dict(self.patterns)}",
+            f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
+            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {large / 1e6:.0f} MB/s per thread{small}, "
+            f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
+            f"work per request, {c.index_s * 1e6:.0f} us per shard index (+{c.index_entry_s * 1e9:.0f} ns per "
+            f"entry), {c.chunk_s * 1e6:.0f} us per chunk",
+            f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
+        ]
+        names = list(self.patterns)
+        lines.append(f"  {'layout':<32} {'score':>9} " + " ".join(f"{n:>12}" for n in names))
+        for cand in self.candidates[:10]:
+            lines.append(f"  {str(cand.layout):<32} {cand.score:>9.3f} "
+                         + " ".join(f"{cand.predictions[n].seconds:>12.3f}" for n in names))
+        lines.append(f"best: {self.best.encoding}")
+        return "\n".join(lines)
+
+
+# -- patterns ------------------------------------------------------------------------------------------
+
+
+def _time_dimension(dims: Sequence[str]) -> int:
+    """The time dimension: named ``time``, ``t`` or ``*time*``, else the first. The others are the map's."""
+    names = [d.lower() for d in dims]
+    return next((i for i, n in enumerate(names) if n in ("time", "t") or "time" in n), 0)
+
+
+def _span(coord: np.ndarray | None, n: int, units: float) -> int:
+    """Cells covering ``units`` of a regular numeric coordinate, else the same fraction of 180 units."""
+    if coord is not None and coord.size > 1 and np.issubdtype(coord.dtype, np.number):
+        step = abs(float(coord[1]) - float(coord[0]))
+        if step > 0:
+            return max(1, min(n, round(units / step)))
+    return max(1, min(n, round(n * units / 180.0)))
+
+
+def _centered(n: int, size: int) -> Axis:
+    start = (n - size) // 2
+    return Axis(start, start + size)
+
+
+def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape: Sequence[int],
+                       coords: Mapping[str, np.ndarray] | None = None, variable: str = "",
+                       batch: Batch = Batch()) -> list[Selection]:
+    """The box selections one access pattern reads, in order.
+
+    Raises
+    ------
+    ValueError
+        An unknown pattern name, or a user-defined selection of a dimension the variable does not have.
+    """
+    coords = coords or {}
+    shape = [int(n) for n in shape]
+    if isinstance(spec, tuple):
+        return [_user_selection(name, spec[1], dims, shape, variable)]
+    if name not in KNOWN_PATTERNS:
+        raise ValueError(f"unknown access pattern {name!r}: expected one of {', '.join(KNOWN_PATTERNS)}, or a "
+                         f"selection {{dim: slice}} of your own")
+    time = _time_dimension(dims)
+
+    def at_times(axis: Axis | None = None) -> Selection:
+        """Every element, but only ``axis`` along the time dimension."""
+        return tuple(axis if i == time and axis is not None else Axis(0, n) for i, n in enumerate(shape))
+
+    if name == "full-scan":
+        return [at_times()]
+    if name == "timeseries":
+        return [tuple(Axis(0, n) if i == time else _centered(n, 1) for i, n in enumerate(shape))]
+    if name == "map":
+        return [at_times(_centered(shape[time], 1))]
+    if name == "map-mean":
+        return [at_times(_centered(shape[time], min(MAP_MEAN_STEPS, shape[time])))]
+    if name == "region-mean":
+        return [tuple(Axis(0, n) if i == time else _centered(n, _span(coords.get(dims[i]), n, REGION_DEGREES))
+                      for i, n in enumerate(shape))]
+    return _batch(batch, dims, shape, time, variable)
+
+
+def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str) -> list[Selection]:
+    sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
+    for dim, size in (batch.window or {}).items():
+        if dim not in dims:
+            raise ValueError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} does "
+                             f"not have: its dimensions are {tuple(dims)}")
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"expected a window of at least 1 element along {dim!r}. Got {size!r} instead.")
+        sizes[list(dims).index(dim)] = size
+    if not isinstance(batch.windows, int) or batch.windows < 1:
+        raise ValueError(f"expected at least 1 window in a random batch. Got {batch.windows!r} instead.")
+    rng = np.random.default_rng(0)  # the same windows for every candidate
+    windows = []
+    for _ in range(batch.windows):
+        axes = []
+        for n, want in zip(shape, sizes, strict=True):
+            size = min(n, want)
+            start = int(rng.integers(0, n - size + 1))
+            axes.append(Axis(start, start + size))
+        windows.append(tuple(axes))
+    return windows
+
+
+def _user_selection(name: str, selection: Mapping[Hashable, slice | int], dims: Sequence[str],
+                    shape: Sequence[int], variable: str) -> Selection:
+    axes = [Axis(0, int(n)) for n in shape]
+    for dim, key in selection.items():
+        if dim not in dims:
+            raise ValueError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} does not "
+                             f"have: its dimensions are {tuple(dims)}")
+        i = list(dims).index(str(dim))
+        if isinstance(key, slice):
+            start, stop, step = key.indices(shape[i])
+            if step != 1:
+                raise ValueError(f"pattern {name!r}: expected slices with step 1. Got {key!r} for {dim!r}.")
+            axes[i] = Axis(start, max(start, stop))
+        else:
+            j = int(key) % shape[i]
+            axes[i] = Axis(j, j + 1)
+    return tuple(axes)
+
+
+def parse_patterns(patterns: Mapping[str, PatternSpec]) -> dict[str, PatternSpec]:
+    """Check the weights: positive numbers (and at least one pattern)."""
+    if not patterns:
+        raise ValueError(f"expected at least one access pattern, e.g. {{'timeseries': 0.5, 'map': 0.5}}; known "
+                         f"patterns are {', '.join(KNOWN_PATTERNS)}")
+    for name, spec in patterns.items():
+        weight = spec[0] if isinstance(spec, tuple) else spec
+        if (isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight)
+                or weight <= 0):
+            raise ValueError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
+    return dict(patterns)
+
+
+def _weight(spec: PatternSpec) -> float:
+    return float(spec[0] if isinstance(spec, tuple) else spec)
+
+
+# -- candidates ----------------------------------------------------------------------------------------
+
+
+def _sizes(n: int, limit: int = 6) -> list[int]:
+    """Chunk lengths to try along a dimension of length ``n``: powers of two below it and ``n`` itself (and
+    its divisors near them, so the last chunk is not a sliver), thinned to ``limit`` spread geometrically."""
+    options = {n}
+    p = 1
+    while p < n:
+        options.add(p)
+        # a few hundred tries at most: linear in n, a dimension of 10^9 took 26 s
+        div = next((d for d in range(p, min(2 * p, n, p + 512)) if n % d == 0), None)
+        if div is not None:
+            options.add(div)
+        p *= 2
+    ordered = sorted(options)
+    if len(ordered) <= limit:
+        return ordered
+    picks = np.unique(np.round(np.geomspace(1, len(ordered), limit)).astype(int) - 1)
+    return sorted({ordered[int(i)] for i in picks} | {n})
+
+
+MIN_CHUNK_BYTES = 2**16
+MAX_CHUNK_BYTES = 64 * MB
+
+
+def _chunk_bytes_range(shape: Sequence[int], itemsize: int) -> tuple[int, int]:
+    """Decoded bytes of a candidate's chunk: 64 KiB to 64 MiB (for small arrays, from a 64th of them)."""
+    total = itemsize * math.prod(shape)
+    return min(MIN_CHUNK_BYTES, max(itemsize, total // 64)), MAX_CHUNK_BYTES
+
+
+def _sharded(chunks: tuple[int, ...], multiples: Sequence[int]) -> Layout:
+    """``chunks`` in shards of ``multiples`` chunks per dimension (unsharded when that is one chunk)."""
+    if math.prod(multiples) == 1:
+        return Layout(chunks)
+    return Layout(chunks, tuple(k * c for k, c in zip(multiples, chunks, strict=True)))
+
+
+def candidate_layouts(shape: Sequence[int], itemsize: int, *, per_dim: int = 6) -> list[Layout]:
+    """Chunk shapes from powers of two and divisors per dimension, each unsharded and in shards of 2, 8 and
+    all of its chunks per dimension (every combination)."""
+    low, high = _chunk_bytes_range(shape, itemsize)
+    layouts: list[Layout] = []
+    per_dim_sizes = [_sizes(int(n), per_dim) for n in shape]
+    for chunks in _product(per_dim_sizes):
+        nbytes = itemsize * math.prod(chunks)
+        if not low <= nbytes <= high:
+            continue
+        layouts.append(Layout(chunks))
+        multiples = [sorted({k for k in (1, 2, 8, -(-int(n) // c)) if k <= -(-int(n) // c)})
+                     for n, c in zip(shape, chunks, strict=True)]
+        for ks in _product(multiples):
+            if math.prod(ks) > 1:
+                layouts.append(_sharded(chunks, ks))
+    return layouts
+
+
+def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    return list(itertools.product(*options))
+
+
+#: A chunk length's neighbours when the search refines a layout: this factor of it, up or down.
+_STEPS = (0.5, 2 / 3, 0.75, 4 / 3, 1.5, 2.0)
+
+
+def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layout]:
+    """Layouts one step from ``layout``: one dimension's chunk length scaled by a factor in `_STEPS` (as many
+    chunks per shard along it, at most the dimension's), or one dimension's chunks per shard halved, doubled,
+    one or all. Chunks stay within the candidates' size range."""
+    low, high = _chunk_bytes_range(shape, itemsize)
+    chunks = layout.chunks
+    ks = [o // c for o, c in zip(layout.outer, chunks, strict=True)]
+    found: dict[Layout, None] = {}
+    for d, n in enumerate(int(x) for x in shape):
+        for factor in _STEPS:
+            c = min(max(1, round(chunks[d] * factor)), n)
+            moved = (*chunks[:d], c, *chunks[d + 1:])
+            if c != chunks[d] and low <= itemsize * math.prod(moved) <= high:
+                found[_sharded(moved, [*ks[:d], min(ks[d], -(-n // c)), *ks[d + 1:]])] = None
+        full = -(-n // chunks[d])
+        for k in (1, ks[d] // 2, 2 * ks[d], full):
+            if 1 <= k <= full and k != ks[d]:
+                found[_sharded(chunks, [*ks[:d], k, *ks[d + 1:]])] = None
+    found.pop(layout, None)
+    return list(found)
+
+
+#: The search refines this many of the best generated layouts, step by step (`neighbours`), while a step helps.
+REFINE_STARTS = 4
+_REFINE_STEPS = 64
+
+
+# -- search --------------------------------------------------------------------------------------------
+
+
+def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
+         costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
+         layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
+         variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch()) -> list[Candidate]:
+    """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time.
+
+    Without ``layouts``: the generated candidates (`candidate_layouts`), then a local search from the best
+    `REFINE_STARTS` of them (`neighbours`, each step to the best neighbour while it is better): the grid of
+    powers of two misses shapes such as 23x50x25 that beat every layout on it.
+
+    Raises
+    ------
+    ValueError
+        When no layout meets the constraints: the message gives the smallest value any layout achieves.
+    """
+    patterns = parse_patterns(patterns)
+    selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
+                  for name, spec in patterns.items()}
+    searched = layouts is None
+    layouts = list(layouts) if layouts is not None else candidate_layouts(shape, itemsize)
+    costed: dict[Layout, Candidate | None] = {}
+
+    def cost(layout: Layout) -> Candidate | None:
+        """The layout's candidate, None when it breaks a constraint (memoized: a search meets layouts again)."""
+        if layout in costed:
+            return costed[layout]
+        obj_bytes = object_nbytes(layout, itemsize, costs.ratio)
+        objects = object_count(shape, layout)
+        memory = task_memory(shape, layout, itemsize, costs.ratio, reader.task_bytes)
+        candidate = None
+        if not ((constraints.max_object_bytes is not None and obj_bytes > constraints.max_object_bytes)
+                or (constraints.max_objects is not None and objects > constraints.max_objects)
+                or (constraints.task_memory_bytes is not None and memory > constraints.task_memory_bytes)):
+            chunk_enc = max(1, round(itemsize * math.prod(layout.chunks) * costs.ratio))
+            predictions = {}
+            for name, sels in selections.items():
+                # compressed: advised layouts are written with zstd (zarr's default), which shrinks the
+                # fill-value part of edge chunks whatever the data's own ratio
+                counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=True)
+                predictions[name] = Prediction(counts, predict(counts, costs, reader))
+            score = sum(_weight(patterns[n]) * p.seconds for n, p in predictions.items())
+            candidate = Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes,
+                                  objects, memory)
+        costed[layout] = candidate
+        return candidate
+
+    def order(c: Candidate) -> tuple[float, int]:
+        return c.score, c.objects  # ties: fewer objects (cheaper to list, write and delete)
+
+    kept = [c for c in map(cost, layouts) if c is not None]
+    if not kept:
+        raise ValueError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
+    if searched:
+        for start in sorted(kept, key=order)[:REFINE_STARTS]:
+            current = start
+            for _ in range(_REFINE_STEPS):
+                near = [c for c in map(cost, neighbours(current.layout, shape, itemsize)) if c is not None]
+                step = min(near, key=order, default=None)
+                if step is None or order(step) >= order(current):
+                    break
+                current = step
+        kept = [c for c in costed.values() if c is not None]
+    kept.sort(key=order)
+    return kept
+
+
+def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes: int, constraints: Constraints,
+                   layouts: Sequence[Layout]) -> str:
+    """Why no layout is left: per constraint, the smallest value achievable by layouts meeting the others."""
+    measures = {
+        "task_memory_bytes": (lambda lay: task_memory(shape, lay, itemsize, ratio, task_bytes),
+                              "memory per task <= {:.3g} MB", "the smallest achievable is {:.3g} MB"),
+        "max_object_bytes": (lambda lay: object_nbytes(lay, itemsize, ratio), "objects of <= {:.3g} MB",
+                             "the smallest achievable is {:.3g} MB"),
+        "max_objects": (lambda lay: object_count(shape, lay), "<= {:g} objects", "the fewest achievable is {:g}"),
+    }
+    limits = {name: getattr(constraints, name) for name in measures if getattr(constraints, name) is not None}
+    problems = []
+    for name, limit in limits.items():
+        measure, wanted, achievable = measures[name]
+        scale = 1 if name == "max_objects" else MB
+        others = [lay for lay in layouts
+                  if all(measures[o][0](lay) <= v for o, v in limits.items() if o != name)]
+        if not others:
+            continue  # the others already rule out every layout: they are reported
+        best = min(others, key=measure)
+        if measure(best) > limit:
+            given = " with the other constraints" if len(limits) > 1 else ""
+            problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "
+                            f"chunks {best})")
+    why = ""
+    if "task_memory_bytes" in limits and task_bytes:
+        # small objects are grouped into tasks of about task_bytes with chunks={}: the floor of any layout's task
+        why = (f". With chunks={{}} a task groups objects smaller than half of task_bytes ({task_bytes / MB:.3g} MB) "
+               "into about that many bytes; set_config(task_bytes=...) or XARRAY_ZARRMAX_TASK_BYTES lowers it (0: "
+               "one task per object)")
+    return f"no candidate layout of {len(layouts)} meets every constraint: " + (
+        "; ".join(problems) or "the constraints together rule out every layout") + why
+
+
+def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
+    """A leading block of the variable of about ``nbytes`` (its first time steps), loaded."""
+    per_step = var.dtype.itemsize * math.prod(var.shape[1:]) if var.ndim else var.dtype.itemsize
+    steps = max(1, nbytes // max(per_step, 1))
+    block = var.isel({var.dims[0]: slice(0, steps)}) if var.ndim else var
+    return np.asarray(block.values)
+
+
+def _advisable(var: Any) -> str | None:
+    """Why the advisor cannot lay out ``var`` (None: it can)."""
+    if var.ndim == 0:
+        return "it has no dimension"
+    if var.size == 0:
+        return f"it is empty (shape {tuple(var.shape)})"
+    if var.dtype.kind not in "biufcmM":
+        return f"its values are of dtype {var.dtype} (numbers, booleans, times)"
+    return None
+
+
+def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, tuple[str, ...]]:
+    """The data variable to advise on (``variable``, else the largest that can be laid out) and every data
+    variable of its dimensions and shape, which get the same layout."""
+    names = list(ds.data_vars)
+    if variable is None:
+        fit = [n for n in names if _advisable(ds[n]) is None]
+        if not fit:
+            why = "; ".join(f"{n!r}: {_advisable(ds[n])}" for n in names) or "it has none"
+            raise ValueError("expected a data variable with dimensions, none of them empty, and values that are "
+                             f"numbers, booleans or times, to advise on. Got none such: {why}.")
+        chosen = max(fit, key=lambda n: ds[n].size * ds[n].dtype.itemsize)
+    elif variable not in ds.data_vars:
+        raise ValueError(f"no data variable {variable!r}: the dataset has {[str(n) for n in names]}")
+    else:
+        chosen = variable
+        reason = _advisable(ds[chosen])
+        if reason is not None:
+            raise ValueError(f"cannot advise a layout for data variable {chosen!r}: {reason}")
+    var = ds[chosen]
+    same = tuple(str(n) for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
+    return str(chosen), same
+
+
+def _check_options(var: Any, *, budget_mb: Any, max_object_mb: Any, max_objects: Any,
+                   layouts: Sequence[Layout] | None, batch: Any) -> None:
+    """TypeError/ValueError for options the search could not use, before anything is probed."""
+    for name, value in (("budget_mb", budget_mb), ("max_object_mb", max_object_mb)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"expected {name} as a positive number of MB. Got {value!r} instead.")
+    if max_objects is not None and (isinstance(max_objects, bool) or not isinstance(max_objects, numbers.Integral)
+                                    or max_objects < 1):
+        raise ValueError(f"expected max_objects as a whole number >= 1. Got {max_objects!r} instead.")
+    if not isinstance(batch, Batch):
+        raise TypeError(f"expected batch as xarray_zarrmax.advise.Batch(windows, {{dim: size}}). Got {batch!r}.")
+    if layouts is None:
+        return
+    layouts = list(layouts)
+    if not layouts:
+        raise ValueError("expected at least one layout in layouts=. Got none.")
+    for layout in layouts:
+        shapes = (layout.chunks,) if not isinstance(layout, Layout) or layout.shards is None else (
+            layout.chunks, layout.shards)
+        if not isinstance(layout, Layout) or any(
+                len(sh) != var.ndim or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1
+                                           for n in sh) for sh in shapes):
+            raise ValueError(f"expected layouts of {var.ndim} positive chunk lengths (dimensions {var.dims}), "
+                             f"as Layout(chunks, shards or None). Got {layout!r}.")
+        if layout.shards is not None and any(s % c for s, c in zip(layout.shards, layout.chunks, strict=True)):
+            raise ValueError(f"expected shards that are whole multiples of the chunks. Got {layout!r}.")
+
+
+def check_request(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: Hashable | None = None,
+                  budget_mb: Any = None, max_object_mb: Any = None, max_objects: Any = None,
+                  layouts: Sequence[Layout] | None = None, batch: Any = Batch(),
+                  ) -> tuple[str, tuple[str, ...], dict[str, PatternSpec], dict[str, np.ndarray]]:
+    """Everything `advise` checks before it probes (no I/O but the coordinates' values): the variable, the
+    patterns against its dimensions, the constraints and layouts. Returns the variable, those laid out with it,
+    the patterns and the 1-D coordinates of its dimensions."""
+    chosen, same = advised_variables(ds, variable)
+    var = ds[chosen]
+    parsed = parse_patterns(patterns)
+    _check_options(var, budget_mb=budget_mb, max_object_mb=max_object_mb, max_objects=max_objects,
+                   layouts=layouts, batch=batch)
+    dims = tuple(str(d) for d in var.dims)
+    shape = tuple(int(n) for n in var.shape)
+    coords = {d: np.asarray(ds[d].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
+    for name, spec in parsed.items():
+        pattern_selections(name, spec, dims, shape, coords, chosen, batch)
+    return chosen, same, parsed, coords
+
+
+def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
+           storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
+           max_object_mb: float | None = None, max_objects: int | None = None, costs: Costs | None = None,
+           layouts: Sequence[Layout] | None = None, batch: Batch = Batch(),
+           progress: Progress | bool = True) -> AdviceReport:
+    """Rank candidate layouts of a dataset's variable for a weighted mix of access patterns.
+
+    Parameters
+    ----------
+    ds
+        An xarray Dataset (opened lazily: only a sample of ``variable`` is read, for the decoder probe).
+    patterns
+        Pattern name -> weight (``"timeseries"``, ``"map"``, ``"region-mean"``, ``"map-mean"``,
+        ``"full-scan"``, ``"random-batch"``), or a name of your own -> ``(weight, {dim: slice or int})``.
+    variable
+        The data variable to advise on (default: the largest); the layout is given for every data variable
+        with the same dimensions and shape.
+    store
+        A local directory or ``s3://bucket/prefix/`` to probe (a few objects written, timed, deleted); None
+        keeps the assumed `Costs` of a remote object store, still calibrated for the decoder.
+    budget_mb, max_object_mb, max_objects
+        Constraints: memory per dask task reading one stored object, bytes per stored object, objects.
+    costs
+        Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder).
+    layouts
+        Layouts to compare instead of the generated candidates.
+    batch
+        The windows of the ``random-batch`` pattern.
+    progress
+        True: a progress bar on stderr while the store is probed; False: none; or a callable
+        ``(done, total, what)``.
+    """
+    variable, same, patterns, coords = check_request(ds, patterns, variable=variable, budget_mb=budget_mb,
+                                                     max_object_mb=max_object_mb, max_objects=max_objects,
+                                                     layouts=layouts, batch=batch)
+    var = ds[variable]
+    dims = tuple(str(d) for d in var.dims)
+    shape = tuple(int(n) for n in var.shape)
+    config = get_config()
+    calibrated = costs is None and store is not None
+    local = False
+    if costs is None:
+        base = Costs()
+        if store is not None:
+            show = text_progress(sys.stderr) if progress is True else (progress or None)
+            probed = probe_store(store, storage_options, progress=show)
+            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s,
+                         connect_s=probed.connect_s)
+            local = probed.local
+        sample = _sample(var)
+        decoder = probe_decoder(sample)
+        work = probe_reader(sample)
+        # A request costs the store's work (remote: the server's and the client library's, overlapped) and our
+        # reader's (on a local store, where nothing overlaps, nearly all of it).
+        costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
+                      request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
+                      index_entry_s=work.index_entry_s, connect_s=base.connect_s, decode_curve=decoder.curve)
+    reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
+                    coalesce_gap=config.coalesce_gap, split_size=config.split_size,
+                    inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,
+                    local=local)
+    constraints = Constraints(
+        max_object_bytes=None if max_object_mb is None else round(max_object_mb * MB),
+        max_objects=max_objects,
+        task_memory_bytes=None if budget_mb is None else round(budget_mb * MB),
+    )
+    ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
+                  layouts=layouts, coords=coords, variable=variable, variables=same, batch=batch)
+    return AdviceReport(variable, dims, shape, {n: _weight(s) for n, s in patterns.items()}, costs, reader,
+                        calibrated, tuple(ranked))

@@ -1,0 +1,389 @@
+"""Calibrate the advisor's cost model: time a few requests against the target store and the decoder on a sample of
+the data. Everything the store probe writes goes under one fresh prefix and is deleted after.
+
+Five store numbers come out (see `StoreProbe`): the latency of a GET (median time of 16-byte range GETs), the
+work of one request when many are in flight (``many`` such GETs at once on open connections, less one latency,
+per GET), the extra a connection costs when a fresh client opens one per request in flight (as the first read
+after an open does), the throughput of one request stream (a large GET, less its latency) and the aggregate
+throughput (``parallel`` large GETs at once). The decoder probe compresses a sample with numcodecs' zstd (what
+our writer uses by default) and times its decode: the compression ratio and decoded bytes per second per thread,
+for the sample as one chunk and cut into chunks of 4 KiB to 1 MiB. The reader probe times our own reader on
+local copies of a sample: its fixed work per inner chunk, per request and per shard read through its index (see
+`ReaderProbe`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
+
+#: A progress callback: (step done, steps in all, what is being done).
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreProbe:
+    """What one store delivers, measured."""
+
+    latency_s: float
+    request_bps: float
+    aggregate_bps: float
+    local: bool
+    request_s: float = 0.0  # wall time per request of many small ones at once, beyond one latency
+    connect_s: float = 0.0  # wall time per connection a fresh client opens for them (0 locally)
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderProbe:
+    """Our reader's fixed work, in seconds of wall time, measured on local files (no latency to hide it).
+
+    ``chunk_s``: per inner chunk decoded (hand-off, decode call, placement). ``request_s``: per object read
+    whole, beyond its chunk (open, read, version checks, planning): on a local store this is the cost of a
+    request, paid one after the other. ``index_s``: per shard read through its index, beyond its two
+    requests and its chunk (parse and check the index, coalesce, slice): paid on any store.
+    ``index_entry_s``: per entry of a shard index parsed, beyond ``index_s`` (`probe_index_parse`).
+    """
+
+    chunk_s: float
+    request_s: float
+    index_s: float
+    index_entry_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderProbe:
+    """numcodecs zstd on a sample: decoded bytes per second on one thread (the sample as one chunk), encoded /
+    decoded bytes, and the rate at smaller chunk sizes (``(decoded bytes of a chunk, rate)``, ascending)."""
+
+    decode_bps: float
+    ratio: float
+    curve: tuple[tuple[int, float], ...] = ()
+
+
+#: Chunk sizes at which `probe_decoder` times the decoder (those up to the sample's size).
+DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+
+
+def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
+    """A one-line progress bar (``\\r``-redrawn) on ``stream``, ending with a newline at the last step."""
+
+    def show(done: int, total: int, what: str) -> None:
+        filled = width * done // max(total, 1)
+        stream.write(f"\rprobing [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<24}")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+class _Objects:
+    """PUT, GET (whole or a range) and DELETE of probe objects, on a local directory or an obstore store."""
+
+    def __init__(self, target: str, storage_options: Mapping[str, Any] | None) -> None:
+        self.prefix = f"zarrmax-probe-{uuid.uuid4().hex[:12]}"
+        self.target, self.storage_options = target, storage_options
+        scheme = target.split("://", 1)[0].lower() if "://" in target else ""
+        self.local = scheme in ("", "file")
+        self.made: list[Path] = []  # folders above the probe's own that did not exist: removed after, too
+        if self.local:
+            self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
+            self.made = [p for p in reversed(self.root.parents) if not p.exists()]
+            self.root.mkdir(parents=True)
+        elif scheme == "s3":
+            self.reconnect()
+        else:
+            raise ValueError(f"expected a local directory or an s3:// URL to probe. Got {target.split('://')[0]!r}"
+                             " URLs instead.")
+
+    def reconnect(self) -> None:
+        """A fresh client, with no open connection (as ``open_dataset`` makes one); nothing to do locally."""
+        if not self.local:
+            from xarray_zarrmax.storage import s3_store_from_url
+
+            self.store = s3_store_from_url(self.target, self.storage_options).store
+
+    def put(self, name: str, data: bytes) -> None:
+        if self.local:
+            (self.root / name).write_bytes(data)
+        else:
+            import obstore
+
+            obstore.put(self.store, f"{self.prefix}/{name}", data)
+
+    def get(self, name: str, nbytes: int) -> int:
+        """The first ``nbytes`` bytes of an object; returns how many came."""
+        if self.local:
+            fd = os.open(self.root / name, os.O_RDONLY)
+            try:
+                return len(os.pread(fd, nbytes, 0))
+            finally:
+                os.close(fd)
+        import obstore
+
+        return len(obstore.get_range(self.store, f"{self.prefix}/{name}", start=0, end=nbytes))
+
+    def get_many(self, name: str, nbytes: int, count: int) -> None:
+        """``count`` GETs of the first ``nbytes`` bytes at once (async on the I/O loop); local: one after the
+        other, as our reader reads local files in the calling thread."""
+        if self.local:
+            for _ in range(count):
+                self.get(name, nbytes)
+            return
+        import asyncio
+
+        import obstore
+
+        from xarray_zarrmax.core.loop import run_sync
+
+        async def gets() -> None:
+            await asyncio.gather(*(obstore.get_range_async(self.store, f"{self.prefix}/{name}", start=0,
+                                                           end=nbytes) for _ in range(count)))
+
+        run_sync(gets())
+
+    def cleanup(self, names: list[str]) -> None:
+        if self.local:
+            for name in names:
+                (self.root / name).unlink(missing_ok=True)
+            self.root.rmdir()
+            for folder in reversed(self.made):  # deepest first; one someone else filled meanwhile stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        else:
+            import obstore
+
+            for name in names:
+                obstore.delete(self.store, f"{self.prefix}/{name}")
+
+
+def probe_place(url: str) -> str:
+    """Where to probe for a store at ``url``: the folder (or prefix) holding it, not the store itself, so a
+    probe cut short leaves nothing inside the Zarr hierarchy. ``s3://b/x/y.zarr`` -> ``s3://b/x``,
+    ``d/y.zarr`` -> ``d``."""
+    scheme, sep, path = url.rpartition("://")
+    trimmed = path.rstrip("/")
+    head = trimmed.rpartition("/")[0]
+    if sep and scheme.lower() != "file":
+        return f"{scheme}{sep}{head or trimmed.split('/')[0]}"  # a bucket's top level: the bucket
+    if not head:
+        head = "/" if trimmed.startswith("/") else "."  # "/x.zarr" lies in "/", "x.zarr" in "."
+    return f"{scheme}{sep}{head}" if sep else head
+
+
+def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *, large: int = 8 * 2**20,
+                repeats: int = 5, parallel: int = 8, many: int = 64,
+                progress: Progress | None = None) -> StoreProbe:
+    """Time GETs against ``target`` (a local directory or an ``s3://bucket/prefix/``), then delete what was
+    written. Errors come with the credentials masked (those in ``target``, ``storage_options`` and an
+    ``AWS_ENDPOINT_URL``) and a note naming the place probed.
+
+    Parameters
+    ----------
+    large
+        Bytes of the object timed for throughput (8 MiB: long enough that latency is a small part of it).
+    repeats
+        Tiny GETs timed for the latency (their median is taken: the first pays connection setup).
+    parallel
+        GETs of the large object in flight at once for the aggregate throughput.
+    many
+        Small GETs at once for the work per request and per new connection (best of 3 each).
+    """
+    secrets = (*url_secrets(target), *secrets_in(storage_options), *url_secrets(os.environ.get("AWS_ENDPOINT_URL", "")))
+    try:
+        return _probe_store(target, storage_options, large=large, repeats=repeats, parallel=parallel, many=many,
+                            progress=progress)
+    except Exception as err:
+        failure = scrubbed(err, secrets)
+        failure.add_note(f"while probing the store at {redact(target, secrets)} (timing a few GETs of objects "
+                         "written there for the purpose)")
+    raise failure  # outside the except clause: not even __context__ keeps the store's own text
+
+
+def _probe_store(target: str, storage_options: Mapping[str, Any] | None, *, large: int, repeats: int,
+                 parallel: int, many: int, progress: Progress | None) -> StoreProbe:
+    steps = repeats + 5  # PUT, the latency GETs, many at once, one stream, parallel streams, DELETE
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, steps, what)
+
+    objects = _Objects(target, storage_options)
+    names = ["large"]
+    try:
+        objects.put("large", os.urandom(large))  # incompressible: no transport compression flatters it
+        step("PUT probe objects")
+        # Latency and work per request are timed on 16-byte ranges of the large object, as the reader asks for
+        # ranges of shards: a tiny object of its own can be cheaper to serve (MinIO keeps objects under 128 KiB
+        # inside their metadata file).
+        latencies = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            objects.get("large", 16)
+            latencies.append(time.perf_counter() - t0)
+            step("GET latency")
+        latency = statistics.median(latencies)
+        # ``many`` GETs at once from a fresh client (a connection each, as a first read after an open opens),
+        # then on the connections it opened: the difference is the work of opening them.
+        cold = busy = float("inf")
+        for _ in range(3):
+            objects.reconnect()
+            t0 = time.perf_counter()
+            objects.get_many("large", 16, many)
+            cold = min(cold, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            objects.get_many("large", 16, many)
+            busy = min(busy, time.perf_counter() - t0)
+        # Remote: the GETs overlap, so one latency is paid and the rest is work per request. Local: one after
+        # the other, each a latency (already counted per round trip), so the work beyond it.
+        request_s = max(0.0, (busy - latency) / many) if not objects.local else max(0.0, busy / many - latency)
+        connect_s = 0.0 if objects.local else max(0.0, (cold - busy) / many)
+        step("GET many at once")
+        t0 = time.perf_counter()
+        objects.get("large", large)
+        one = max(time.perf_counter() - t0 - latency, 1e-6)
+        step("GET one stream")
+        with ThreadPoolExecutor(parallel) as pool:
+            t0 = time.perf_counter()
+            list(pool.map(lambda _: objects.get("large", large), range(parallel)))
+            spread = max(time.perf_counter() - t0 - latency, 1e-6)
+        step("GET in parallel")
+    except BaseException as err:
+        try:
+            objects.cleanup(names)
+        except Exception as cleanup:  # the first failure is the one to report
+            err.add_note(f"deleting the probe objects failed too ({type(cleanup).__name__}: {cleanup}): delete "
+                         f"{objects.prefix} under the probed place yourself")
+        raise
+    objects.cleanup(names)
+    step("DELETE probe objects")
+    request_bps = large / one
+    return StoreProbe(latency, request_bps, max(request_bps, parallel * large / spread), objects.local, request_s,
+                      connect_s)
+
+
+def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = 5,
+                  sizes: tuple[int, ...] = DECODE_SIZES) -> DecoderProbe:
+    """Compress ``sample`` with zstd at ``level`` (numcodecs, as our writer and zarr-python do) and time our
+    reader's decode of it into an output array (best of ``repeats``): as one chunk, and cut into chunks of each
+    of ``sizes`` below its size (every whole piece of the sample, so each size decodes the same values)."""
+    from numcodecs import Zstd
+
+    from xarray_zarrmax.codecs.decode import ChunkCodec
+
+    codec = Zstd(level=level)
+    raw = np.ascontiguousarray(sample).reshape(-1).view(np.uint8)
+    if raw.nbytes == 0:
+        raise ValueError("expected a non-empty sample of the variable to probe the decoder. Got 0 bytes.")
+    if any(size <= 0 for size in sizes) or repeats < 1:
+        raise ValueError(f"expected chunk sizes > 0 and repeats >= 1 for the decoder probe. Got sizes {sizes!r}, "
+                         f"repeats {repeats!r} instead.")
+
+    def rate(size: int) -> tuple[float, int]:
+        frames = [codec.encode(raw[i:i + size]) for i in range(0, raw.nbytes - size + 1, size)]
+        chunk = ChunkCodec((size,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
+        out = np.empty(size, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for frame in frames:
+                chunk.decode_into(frame, out, "the decoder probe")
+            best = min(best, time.perf_counter() - t0)
+        return len(frames) * size / max(best, 1e-9), sum(len(f) for f in frames)
+
+    whole, encoded = rate(raw.nbytes)
+    curve = tuple((size, rate(size)[0]) for size in sorted(set(sizes)) if size < raw.nbytes) + ((raw.nbytes, whole),)
+    return DecoderProbe(whole, encoded / raw.nbytes, curve)
+
+
+def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 512,
+                 repeats: int = 3) -> ReaderProbe:
+    """Our reader's fixed work (`ReaderProbe`): the sample's first ``chunks * chunk_elements`` values written
+    with zstd to a temporary directory four times and read with ``engine="zarrmax"`` (best of ``repeats``
+    fresh opens; the open is not timed): as one chunk; as one shard of ``chunks`` chunks read whole; as
+    ``chunks`` unsharded objects read whole; as ``chunks`` shards of 8 chunks, one chunk read from each. The
+    differences per chunk, per object and per shard beyond the first give the three costs."""
+    import tempfile
+    import warnings
+
+    import xarray as xr
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    n = chunks * chunk_elements
+    if np.size(sample) == 0:  # np.resize would repeat nothing into zeros and time those
+        raise ValueError("expected a non-empty sample of the variable to probe the reader. Got 0 elements.")
+    flat = np.resize(np.ascontiguousarray(sample).reshape(-1), n)
+    per_shard = 8  # writing 512 shards of 64 chunks took zarr-python 16 s; of 8, 2 s
+    # name: (array length, inner chunk, shard, what is read)
+    cases = {
+        "one": (n, n, None, slice(None)),
+        "many": (n, chunk_elements, n, slice(None)),
+        "objects": (n, chunk_elements, None, slice(None)),
+        "sparse": (n * per_shard, chunk_elements, chunk_elements * per_shard,
+                   slice(None, None, chunk_elements * per_shard)),
+    }
+    with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
+        best = {}
+        for name, (length, inner, shard, selection) in cases.items():
+            group = zarr.open_group(f"{root}/{name}", mode="w", zarr_format=3)
+            arr = group.create_array("v", shape=(length,), dtype=flat.dtype, chunks=(inner,),
+                                     shards=None if shard is None else (shard,), compressors=[ZstdCodec(level=3)],
+                                     dimension_names=["i"])
+            arr[...] = np.resize(flat, length)
+            best[name] = float("inf")
+            for _ in range(repeats):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # no consolidated metadata here: the warning says so
+                    ds = xr.open_dataset(f"{root}/{name}", engine="zarrmax", chunks=None)
+                t0 = time.perf_counter()
+                ds["v"][selection].values  # noqa: B018  # the read is the point
+                best[name] = min(best[name], time.perf_counter() - t0)
+    chunk_s = max(0.0, (best["many"] - best["one"]) / (chunks - 1))
+    request_s = max(0.0, (best["objects"] - best["one"]) / (chunks - 1) - chunk_s)
+    index_s = max(0.0, (best["sparse"] - best["one"]) / (chunks - 1) - chunk_s - 2 * request_s)
+    return ReaderProbe(chunk_s, request_s, index_s, probe_index_parse())
+
+
+def probe_index_parse(entries: int = 8192, repeats: int = 5) -> float:
+    """Seconds per entry of our reader's parse and check of a shard index (`shard.parse_index`): a valid index
+    of ``entries`` chunks stored out of grid order, as zarr's Morton order stores them, timed against one of 8
+    (best of ``repeats`` each). No files: the parse is all of the cost that grows with the index."""
+    import google_crc32c
+
+    from xarray_zarrmax.codecs.sharding import ShardFormat, parse_index
+
+    def timed(n: int) -> float:
+        rng = np.random.default_rng(n)
+        offsets = rng.permutation(n).astype("<u8") * 64
+        raw = np.stack([offsets, np.full(n, 64, dtype="<u8")], axis=-1).tobytes()
+        raw += int(google_crc32c.value(raw)).to_bytes(4, "little")
+        fmt = ShardFormat(chunks_per_shard=(n,), index_at_end=True, index_big_endian=False, index_crc32c=True)
+        size = 64 * n + len(raw)
+        calls = max(1, 2**16 // n)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                parse_index(fmt, raw, size, "probe")
+            best = min(best, (time.perf_counter() - t0) / calls)
+        return best
+
+    return max(0.0, (timed(entries) - timed(8)) / (entries - 8))

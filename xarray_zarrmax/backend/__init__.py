@@ -1,0 +1,3 @@
+from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
+
+__all__ = ["ZarrmaxBackendEntrypoint"]
