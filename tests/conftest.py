@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
-from tests.stores import STORE_KINDS, StoreFactory
+from tests.support.stores import STORE_KINDS, StoreFactory
 from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
 
 os.environ.setdefault("ICECHUNK_LOG", "error")  # its per-commit warning about local storage floods the log

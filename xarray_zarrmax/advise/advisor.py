@@ -35,17 +35,21 @@ from xarray_zarrmax.advise.model import (
 from xarray_zarrmax.advise.probe import Progress, probe_decoder, probe_reader, probe_store, text_progress
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core.geometry import Axis, Selection
+from xarray_zarrmax.tuning import (
+    BATCH_SPACE,
+    BATCH_TIME,
+    BATCH_WINDOWS,
+    MAP_MEAN_STEPS,
+    MAX_CHUNK_BYTES,
+    MIN_CHUNK_BYTES,
+    REFINE_FACTORS,
+    REFINE_STARTS,
+    REFINE_STEPS,
+    REGION_DEGREES,
+)
 
 KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
 
-#: random-batch by default: windows per batch, each of 8 time steps x 32 cells along every other dimension
-BATCH_WINDOWS = 16
-BATCH_TIME = 8
-BATCH_SPACE = 32
-#: region-mean: the box's side in coordinate units (degrees) when the coordinate is regular, else this
-#: fraction of the dimension (10 of 180 degrees)
-REGION_DEGREES = 10.0
-MAP_MEAN_STEPS = 6
 
 MB = 2**20
 
@@ -294,10 +298,6 @@ def _sizes(n: int, limit: int = 6) -> list[int]:
     return sorted({ordered[int(i)] for i in picks} | {n})
 
 
-MIN_CHUNK_BYTES = 2**16
-MAX_CHUNK_BYTES = 64 * MB
-
-
 def _chunk_bytes_range(shape: Sequence[int], itemsize: int) -> tuple[int, int]:
     """Decoded bytes of a candidate's chunk: 64 KiB to 64 MiB (for small arrays, from a 64th of them)."""
     total = itemsize * math.prod(shape)
@@ -334,12 +334,8 @@ def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
     return list(itertools.product(*options))
 
 
-#: A chunk length's neighbours when the search refines a layout: this factor of it, up or down.
-_STEPS = (0.5, 2 / 3, 0.75, 4 / 3, 1.5, 2.0)
-
-
 def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layout]:
-    """Layouts one step from ``layout``: one dimension's chunk length scaled by a factor in `_STEPS` (as many
+    """Layouts one step from ``layout``: one dimension's chunk length scaled by a factor in `REFINE_FACTORS` (as many
     chunks per shard along it, at most the dimension's), or one dimension's chunks per shard halved, doubled,
     one or all. Chunks stay within the candidates' size range."""
     low, high = _chunk_bytes_range(shape, itemsize)
@@ -347,7 +343,7 @@ def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layo
     ks = [o // c for o, c in zip(layout.outer, chunks, strict=True)]
     found: dict[Layout, None] = {}
     for d, n in enumerate(int(x) for x in shape):
-        for factor in _STEPS:
+        for factor in REFINE_FACTORS:
             c = min(max(1, round(chunks[d] * factor)), n)
             moved = (*chunks[:d], c, *chunks[d + 1:])
             if c != chunks[d] and low <= itemsize * math.prod(moved) <= high:
@@ -358,11 +354,6 @@ def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layo
                 found[_sharded(chunks, [*ks[:d], k, *ks[d + 1:]])] = None
     found.pop(layout, None)
     return list(found)
-
-
-#: The search refines this many of the best generated layouts, step by step (`neighbours`), while a step helps.
-REFINE_STARTS = 4
-_REFINE_STEPS = 64
 
 
 # -- search --------------------------------------------------------------------------------------------
@@ -423,7 +414,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
     if searched:
         for start in sorted(kept, key=order)[:REFINE_STARTS]:
             current = start
-            for _ in range(_REFINE_STEPS):
+            for _ in range(REFINE_STEPS):
                 near = [c for c in map(cost, neighbours(current.layout, shape, itemsize)) if c is not None]
                 step = min(near, key=order, default=None)
                 if step is None or order(step) >= order(current):

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from xarray_zarrmax.core.geometry import Axis, Selection, plan_reads, task_chunks
-from xarray_zarrmax.read.fetch import JOB_BYTES, PIECE_BYTES, STREAM_BYTES
+from xarray_zarrmax.tuning import JOB_BYTES, PIECE_BYTES, STREAM_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +273,8 @@ def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], to
                   compressed: bool) -> tuple[int, int, int, int]:
     """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it, or for a local shard
-    whose touched chunks decode to `fetch.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
-    (or, for a file of at most `fetch.PIECE_BYTES` of which at least ``full_shard_fraction`` of the chunks are
+    whose touched chunks decode to `tuning.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
+    (or, for a file of at most `tuning.PIECE_BYTES` of which at least ``full_shard_fraction`` of the chunks are
     read, the whole file), then the chunks in pieces of at most PIECE_BYTES."""
     extents = tuple(_extent(int(n), o, i) for n, o, i in zip(shape, layout.outer, obj, strict=True))
     if layout.shards is None:
@@ -391,7 +391,7 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     shard index parsed the reader's work on it (``index_s``, shards read whole included; ``index_entry_s`` per
     entry) and every inner chunk the reader's work (``chunk_s``), all probed as wall time with many at once;
     the bytes stream at the smaller of what the requests in flight and the store as a whole deliver; decoding
-    runs on ``threads`` threads alongside (one for a local read decoding less than `fetch.JOB_BYTES`, which
+    runs on ``threads`` threads alongside (one for a local read decoding less than `tuning.JOB_BYTES`, which
     our reader keeps in the calling thread)."""
     if counts.requests == 0:
         return 0.0

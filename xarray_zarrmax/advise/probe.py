@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
+from xarray_zarrmax.tuning import DECODE_SIZES
 
 #: A progress callback: (step done, steps in all, what is being done).
 Progress = Callable[[int, int, str], None]
@@ -70,10 +71,6 @@ class DecoderProbe:
     decode_bps: float
     ratio: float
     curve: tuple[tuple[int, float], ...] = ()
-
-
-#: Chunk sizes at which `probe_decoder` times the decoder (those up to the sample's size).
-DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
 def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:

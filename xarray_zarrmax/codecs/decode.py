@@ -19,6 +19,7 @@ import zstandard
 
 from xarray_zarrmax.codecs.zstd_frames import decode_frames, frames
 from xarray_zarrmax.errors import CorruptDataError, DecodeError, Unsupported, decode_error_like
+from xarray_zarrmax.tuning import SMALL_ZSTD_BYTES
 
 FAST_KINDS = "biufc"
 _BYTES_CODECS = ("zstd", "blosc", "gzip", "zlib", "crc32c")
@@ -195,13 +196,6 @@ def check_crc32c(data: Any, where: str) -> memoryview:
         raise CorruptDataError(f"{where}: crc32c checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")
     return view[:-4]
 
-
-#: zstd chunks that decode to fewer bytes than this use the calling thread's own reused context
-#: (python-zstandard) and are copied into place; larger ones decode straight into the output with numcodecs.
-#: numcodecs creates and frees a context on every call and checks its arguments in Python: 15-17 us a chunk,
-#: as long as decoding a 16 KiB chunk; from about 128 KiB the copy costs more than that (asv_bench/decoders.py,
-#: "float32 field, 15 KB chunks").
-SMALL_ZSTD_BYTES = 128 << 10
 
 _zstd_contexts = threading.local()  # a decompression context serves one thread at a time
 

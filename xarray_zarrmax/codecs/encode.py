@@ -33,14 +33,10 @@ from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core.buffers import POOL, Reused
 from xarray_zarrmax.core.bytes import Pieces, view
 from xarray_zarrmax.errors import CorruptDataError
+from xarray_zarrmax.tuning import POOLED_FROM_BYTES
 
 #: the index entry of a chunk not stored (offset and length)
 _MISSING = 2**64 - 1
-
-
-#: Chunks of at least this many bytes (before compression) are encoded into pooled buffers: below it the
-#: allocator serves them from memory it keeps, and a buffer's 64 KiB granule would waste more than it saves.
-POOLED_FROM_BYTES = 256 << 10
 
 
 def zstd_bound(nbytes: int) -> int:

@@ -22,9 +22,7 @@ import threading
 import numpy as np
 
 from xarray_zarrmax.config import get_config
-
-#: Buffers are handed out in multiples of this, so objects of nearly the same size share a size class.
-GRANULE = 64 << 10
+from xarray_zarrmax.tuning import GRANULE
 
 
 class BufferPool:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from xarray_zarrmax.tuning import ALIGN_FROM_BYTES
+
 HUGE_PAGE = 2 << 20
-# numpy's own threshold for huge-page advice: below it an allocation gets none, so aligning it gains nothing.
-ALIGN_FROM_BYTES = 4 << 20
 # Plain values only: a view of raw bytes as a dtype holding references or variable-width strings is refused.
 _PLAIN_KINDS = frozenset("biufcmMSUV")
 

@@ -40,11 +40,7 @@ from xarray_zarrmax.errors import CorruptDataError, ObjectChanged, StoreAccessEr
 from xarray_zarrmax.read import raw_zstd as zstd_raw
 from xarray_zarrmax.read.plan import ArrayPlan
 from xarray_zarrmax.storage import ByteSource, Fetched, LocalSource, OpenedFile, check_size
-
-_INDEX_CACHE_BYTES = 64 * 2**20  # about 10,000 indexes of 400-chunk shards
-#: Reads of one object after it changed under them: the first retry follows a stale cached index; more
-#: mean a writer is rewriting the object while we read it.
-_ATTEMPTS = 3
+from xarray_zarrmax.tuning import CHANGED_OBJECT_ATTEMPTS, INDEX_CACHE_BYTES, JOB_BYTES, PIECE_BYTES, STREAM_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +82,7 @@ def _cache_index(token: str, key: str, index: np.ndarray, fetched: Fetched) -> N
             _index_cache_bytes -= previous.index.nbytes
         _index_cache[(token, key)] = _CachedIndex(index, fetched.version)
         _index_cache_bytes += index.nbytes
-        while _index_cache_bytes > _INDEX_CACHE_BYTES and len(_index_cache) > 1:
+        while _index_cache_bytes > INDEX_CACHE_BYTES and len(_index_cache) > 1:
             _, evicted = _index_cache.popitem(last=False)
             _index_cache_bytes -= evicted.index.nbytes
 
@@ -114,8 +110,8 @@ def _where(plan: ArrayPlan, key: str, coords: tuple[int, ...] | None = None) -> 
 
 
 def _changed_too_often(plan: ArrayPlan, source: ByteSource, key: str) -> StoreAccessError:
-    return StoreAccessError(f"{_where(plan, key)} on {source.label} changed {_ATTEMPTS} times while it was being "
-                            "read: a writer is rewriting it; read again once it is done")
+    return StoreAccessError(f"{_where(plan, key)} on {source.label} changed {CHANGED_OBJECT_ATTEMPTS} times "
+                            "while it was being read: a writer is rewriting it; read again once it is done")
 
 
 async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, token: str,
@@ -125,13 +121,13 @@ async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, t
     gives them back once the returned work is decoded."""
     hold = Holding(None) if hold is None else hold
     key = plan.keys.key(read[0])
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CHANGED_OBJECT_ATTEMPTS):
         try:
             return await _fetch_object_once(plan, source, key, read[1], token, hold)
         except ObjectChanged:
             hold.release_all()
             _drop_index(token, key)
-            if attempt == _ATTEMPTS - 1:
+            if attempt == CHANGED_OBJECT_ATTEMPTS - 1:
                 raise _changed_too_often(plan, source, key) from None
     raise AssertionError("unreachable")
 
@@ -226,11 +222,6 @@ def _place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
         return
     chunk = codec.decode(work.raw, work.where)
     target[...] = chunk[piece.chunk_index()]
-
-
-#: decoded bytes per decode-pool job (see _read_remote): large enough that a job's hand-off is noise next to
-#: its decode, small enough that a 64 MB shard still spreads over the pool.
-JOB_BYTES = 4 << 20
 
 
 def _place_all(plan: ArrayPlan, out: np.ndarray, work: Sequence[Work]) -> None:
@@ -347,7 +338,7 @@ def _read_local_compressed(plan: ArrayPlan, source: LocalSource, key: str, targe
     serves both; a file modified in place while read is read again (3 times at most)."""
     codec, flat = plan.codec, target.reshape(-1).view(np.uint8)
     max_size = max_object_size(None, codec.nbytes)
-    for _ in range(_ATTEMPTS):
+    for _ in range(CHANGED_OBJECT_ATTEMPTS):
         file = source.open_file(key)
         if file is None:
             target[...] = plan.fill_value
@@ -366,15 +357,6 @@ def _read_local_compressed(plan: ArrayPlan, source: LocalSource, key: str, targe
         codec.decode_into(data, target, _where(plan, key))
         return
     raise _changed_too_often(plan, source, key)
-
-
-#: Compressed bytes a local shard is read in, each piece decoded right after it is read, while its bytes are
-#: still in the core's cache (L2 1 MiB, L3 32 MiB here): 8 shards of 64 MB on two threads took 89-109 ms read
-#: whole then decoded, 51-68 ms in pieces of 1-2 MB, 64-81 ms in 4 MB (asv_bench/local_shard_pieces.py). A
-#: piece holds whole chunks: at least one, whatever its size.
-PIECE_BYTES = 2 << 20
-#: Decoded bytes of a shard's chunks from which a local read streams the shard in pieces (`_read_local_shard`).
-STREAM_BYTES = 2 * PIECE_BYTES
 
 
 def _pieces(present: list[tuple[Any, int, int]], gap: int) -> list[tuple[int, int, list[tuple[Any, int, int]]]]:
@@ -400,13 +382,13 @@ def _read_local_shard(plan: ArrayPlan, source: LocalSource, out: np.ndarray, rea
     if plan.shard is None or len(read[1]) * plan.codec.nbytes < STREAM_BYTES:
         return False
     key = plan.keys.key(read[0])
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(CHANGED_OBJECT_ATTEMPTS):
         try:
             _read_local_shard_once(plan, source, out, key, read[1], token, parallel)
             return True
         except ObjectChanged:
             _drop_index(token, key)
-            if attempt == _ATTEMPTS - 1:
+            if attempt == CHANGED_OBJECT_ATTEMPTS - 1:
                 raise _changed_too_often(plan, source, key) from None
     raise AssertionError("unreachable")
 

@@ -56,19 +56,15 @@ from xarray_zarrmax.storage.sources import (
     _first_line,
     _is_transient,
 )
+from xarray_zarrmax.tuning import MAX_BACKOFF_S, MERGE_ATTEMPTS, PART_CONCURRENCY
 
 #: A merge: the stored bytes (None: no object) -> the bytes to store (None: store nothing; only allowed
 #: when there was no object, since a missing object cannot be deleted conditionally).
 Merge = Callable[[Buffer | None], Encoded | None]
 
-#: Most attempts of one read-merge-write that keeps losing to other writers, and the longest pause between
-#: two; with N writers contending for one object, at least one wins each round, so N rounds suffice.
-MAX_ATTEMPTS = 64
-MAX_BACKOFF_S = 0.5
 
 #: S3's smallest part of a multipart upload (but the last), and how many parts of one upload are in flight.
 MIN_PART_SIZE = 5 * 2**20
-PART_CONCURRENCY = 12
 
 
 class Update(NamedTuple):
@@ -452,7 +448,7 @@ class ObstoreSink(Sink):
     def update(self, key: str, merge: Merge, *, likely_new: bool = False) -> None:
         if likely_new and self._create(key, merge):
             return
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in range(MERGE_ATTEMPTS):
             got = run_sync(self.source._get_versioned("GET", key, {}))
             if got is not None and got.version is None:
                 raise StoreAccessError(f"{key!r} on {self.label}: the store returned no ETag, so a partial write "
@@ -473,7 +469,7 @@ class ObstoreSink(Sink):
                     raise
                 # the PUT may or may not have been applied: reading tells, and merging again is harmless
             time.sleep(_backoff(attempt))
-        raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MAX_ATTEMPTS} attempts in a row lost "
+        raise StoreAccessError(f"gave up writing {key!r} on {self.label}: {MERGE_ATTEMPTS} attempts in a row lost "
                                "to concurrent writers of the same object")
 
     def update_many(self, updates: Sequence[Update], in_flight: int) -> None:

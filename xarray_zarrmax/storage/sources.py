@@ -42,6 +42,7 @@ from xarray_zarrmax.core.bytes import Buffer, Segments
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
 from xarray_zarrmax.errors import CorruptDataError, NodeNotFoundError, ObjectChanged, RequestFailed, StoreAccessError
+from xarray_zarrmax.tuning import LOCAL_ATTEMPTS, RACY_WINDOW_NS, RECENT_STORE_BYTES, RECENT_STORES
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +160,6 @@ def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
 
 # -- local files ---------------------------------------------------------------------------------------
 
-#: A file changed less than this long before it was read may change again without a visible change of its
-#: timestamps (they tick at the file system's granularity: a few ms on Linux, up to 2 s on FAT), so its
-#: version is not trusted across reads (the same rule as git's "racy" index entries).
-RACY_WINDOW_NS = 2_000_000_000
-
 
 def _file_version(st: os.stat_result) -> tuple[int, ...]:
     # zarr's LocalStore replaces files (a new inode per write); in-place writers change size, mtime or ctime.
@@ -190,10 +186,6 @@ def _check_unchanged(fd: int, before: os.stat_result, key: str) -> None:
     # change: that read is whole and consistent (the old version), not a change.
     if after.st_ctime_ns != before.st_ctime_ns and not (after.st_nlink == 0 < before.st_nlink):
         raise ObjectChanged(key)
-
-
-#: Whole reads of a local file modified in place while being read, before giving up.
-_LOCAL_ATTEMPTS = 3
 
 
 class OpenedFile:
@@ -294,7 +286,7 @@ class LocalSource(ByteSource):
         replaced atomically gives the complete bytes of the file that was opened; one rewritten in place is read
         again when the rewrite starts during the read (`_check_unchanged` says what it cannot see).
         """
-        for _ in range(_LOCAL_ATTEMPTS):
+        for _ in range(LOCAL_ATTEMPTS):
             opened = self._open(key)
             if opened is None:
                 return False
@@ -314,7 +306,7 @@ class LocalSource(ByteSource):
                 continue  # modified in place while read: read it again
             finally:
                 os.close(fd)
-        raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
+        raise StoreAccessError(f"key {key!r} on {self.label} changed {LOCAL_ATTEMPTS} times while it was being "
                                "read: a writer is rewriting it in place; read again once it is done")
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]],
@@ -349,12 +341,12 @@ class LocalSource(ByteSource):
     def read_settled(self, key: str, max_size: int | None = None) -> Fetched | None:
         """`read`, again when the file was modified in place while it was read (for callers with no retry of
         their own: metadata, the read of a merge, a whole local chunk), up to 3 times, then `StoreAccessError`."""
-        for _ in range(_LOCAL_ATTEMPTS):
+        for _ in range(LOCAL_ATTEMPTS):
             try:
                 return self.read(key, max_size)
             except ObjectChanged:
                 continue
-        raise StoreAccessError(f"key {key!r} on {self.label} changed {_LOCAL_ATTEMPTS} times while it was being "
+        raise StoreAccessError(f"key {key!r} on {self.label} changed {LOCAL_ATTEMPTS} times while it was being "
                                "read: a writer is rewriting it in place; read again once it is done")
 
     async def get(self, key: str) -> Buffer | None:
@@ -417,12 +409,10 @@ _registry_lock = threading.Lock()
 #: Sources unpickled in this process, by digest of their payload: tasks on a worker share one store and its
 #: connection pool. Held weakly, since a source no task uses any more is worth nothing, and an in-memory store
 #: pickles its contents (one copy per version read would pile up on every worker, without end); the most
-#: recently used are also held in `_recent`, up to _RECENT_BYTES of payload, so that tasks running one after
+#: recently used are also held in `_recent`, up to RECENT_STORE_BYTES of payload, so that tasks running one after
 #: another do not unpickle their store (and open its connections) again each time.
 _registry: weakref.WeakValueDictionary[bytes, ByteSource] = weakref.WeakValueDictionary()
 _recent: collections.OrderedDict[bytes, tuple[ByteSource, int]] = collections.OrderedDict()
-_RECENT_BYTES = 64 << 20
-_RECENT_COUNT = 16
 
 
 def _after_fork() -> None:
@@ -445,8 +435,8 @@ def _restore(kind: type[ByteSource], payload: bytes, label: str) -> ByteSource:
             found = _registry[digest] = kind(**pickle.loads(payload), label=label)  # type: ignore[call-arg]
         _recent.pop(digest, None)
         _recent[digest] = (found, len(payload))
-        while len(_recent) > 1 and (len(_recent) > _RECENT_COUNT
-                                    or sum(size for _, size in _recent.values()) > _RECENT_BYTES):
+        while len(_recent) > 1 and (len(_recent) > RECENT_STORES
+                                    or sum(size for _, size in _recent.values()) > RECENT_STORE_BYTES):
             _recent.popitem(last=False)
         return found
 

@@ -31,6 +31,7 @@ from xarray_zarrmax.advise.advisor import advised_variables
 from xarray_zarrmax.core.bytes import Encoded
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
 from xarray_zarrmax.storage import Sink, Update, resolve_sink
+from xarray_zarrmax.tuning import MAX_MERGES, MERGE_BYTES_IN_FLIGHT, WRITE_BYTES_IN_FLIGHT
 from xarray_zarrmax.write.advised import advised_encoding, check_advise_request
 from xarray_zarrmax.write.codec import ObjectCodec
 from xarray_zarrmax.write.plan import (
@@ -45,15 +46,6 @@ from xarray_zarrmax.write.plan import (
 
 if TYPE_CHECKING:
     from xarray_zarrmax.write.staging import StagingStore  # imports zarr: only when writing
-
-#: What the write tasks running at once hold of their data, about (each a share by dask's thread count,
-#: at least one object): small objects go several to a task, so that a task sends its PUTs at once. One task
-#: per small object left its writes waiting on dask's few threads, a round trip after another
-#: (docs/writing.md). Data in memory is cut into such blocks; small dask blocks are grouped.
-WRITE_BYTES_IN_FLIGHT = 32 * 2**20
-#: Merges of one task run concurrently while their objects (decoded) fit in this, at most `MAX_MERGES` at once.
-MERGE_BYTES_IN_FLIGHT = 64 * 2**20
-MAX_MERGES = 16
 
 
 @dataclass(frozen=True, slots=True)

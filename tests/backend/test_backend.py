@@ -298,7 +298,7 @@ def test_unpickled_stores_are_shared_while_used_and_not_kept_for_ever(monkeypatc
 
     from xarray_zarrmax.storage import sources as stores
 
-    monkeypatch.setattr(stores, "_RECENT_BYTES", 64 << 10)
+    monkeypatch.setattr(stores, "RECENT_STORE_BYTES", 64 << 10)
     memory = MemoryStore()
     source = stores.ZarrStoreSource(memory, label="memory")
     first = pickle.loads(pickle.dumps(source))

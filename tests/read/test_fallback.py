@@ -14,7 +14,7 @@ import xarray as xr
 import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
-from tests.test_backend import assert_same_dataset
+from tests.backend.test_backend import assert_same_dataset
 from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
 from xarray_zarrmax.storage.sources import resolve_source
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
-from tests.test_errors import read_all, rewrite_index, shard_file, sharded_store
+from tests.properties.test_errors import read_all, rewrite_index, shard_file, sharded_store
 from xarray_zarrmax import CorruptDataError, MetadataError, set_config
 from xarray_zarrmax.codecs.decode import SMALL_ZSTD_BYTES
 from xarray_zarrmax.codecs.sharding import ShardFormat, parse_index
@@ -332,7 +332,7 @@ def test_zstd_chunk_with_an_incomplete_frame_is_refused_as_zarr_refuses_it(tmp_p
         "a skippable frame only": _SKIPPABLE,
         "an empty frame": sized(b""),
         "no bytes": b"",
-        # found by tests/test_zstd_raw.py's fuzz: zstandard's size query raised its own ZstdError through
+        # found by tests/read/test_raw_zstd.py's fuzz: zstandard's size query raised its own ZstdError through
         "a reserved header bit": (lambda frame: frame[:4] + bytes([frame[4] | 0x08]) + frame[5:])(sized(payload)),
     }[case])
     with pytest.raises(RuntimeError):

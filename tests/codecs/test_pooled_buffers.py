@@ -13,7 +13,7 @@ import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
 
 import xarray_zarrmax
-from tests import test_write
+from tests.write import test_write
 from xarray_zarrmax import set_config
 from xarray_zarrmax.codecs import encode as shard_encode
 from xarray_zarrmax.core import buffers as _buffers

@@ -15,8 +15,8 @@ from obstore.store import LocalStore as ObstoreLocalStore
 from zarr.storage import FsspecStore, MemoryStore, ObjectStore
 
 import xarray_zarrmax
-from tests.test_backend import assert_same_dataset, era5_like, write
-from tests.test_coherence import CASES, _change, _create, _reads
+from tests.backend.test_backend import assert_same_dataset, era5_like, write
+from tests.properties.test_coherence import CASES, _change, _create, _reads
 from xarray_zarrmax import request_counts, set_config
 from xarray_zarrmax.storage.sources import (
     LocalSource,

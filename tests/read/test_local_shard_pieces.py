@@ -15,9 +15,9 @@ from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
 import xarray_zarrmax.read.fetch as fetch
-from tests.strategies import any_selection, array_specs, write_array
-from tests.test_backend import assert_same_dataset
-from tests.test_equivalence import _check
+from tests.backend.test_backend import assert_same_dataset
+from tests.properties.test_equivalence import _check
+from tests.support.strategies import any_selection, array_specs, write_array
 from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
 from xarray_zarrmax.storage.sources import OpenedFile
 

@@ -13,7 +13,8 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import (
+from tests.backend.test_backend import assert_same_dataset
+from tests.support.strategies import (
     ArraySpec,
     Edit,
     ShardIndex,
@@ -26,7 +27,6 @@ from tests.strategies import (
     write_array,
     write_group,
 )
-from tests.test_backend import assert_same_dataset
 from xarray_zarrmax import set_config
 
 # Examples per store kind, tuned so that this module takes about 3 minutes on a 2-core machine (all five kinds,

@@ -15,8 +15,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from tests.test_backend import assert_same_dataset
-from tests.test_metadata_errors import builtin_types
+from tests.backend.test_backend import assert_same_dataset
+from tests.metadata.test_metadata_errors import builtin_types
 from xarray_zarrmax import request_counts, set_config
 from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
 from xarray_zarrmax.errors import GroupNotFoundError, MetadataError
@@ -141,7 +141,7 @@ def test_icechunk_session(store_factory_icechunk):
 @pytest.fixture
 def store_factory_icechunk(session_tmp):
     pytest.importorskip("icechunk")
-    from tests.stores import StoreFactory
+    from tests.support.stores import StoreFactory
 
     return StoreFactory("icechunk-local", session_tmp)
 

@@ -13,7 +13,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.strategies import NUMERIC_DTYPES, array_specs, write_array
+from tests.support.strategies import NUMERIC_DTYPES, array_specs, write_array
 from xarray_zarrmax import CorruptDataError
 from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
 from xarray_zarrmax.core.geometry import Axis

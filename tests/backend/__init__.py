@@ -1,0 +1,1 @@
+"""The xarray glue: whole Datasets, DataTree, async loading, open cost."""

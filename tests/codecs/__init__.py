@@ -1,0 +1,1 @@
+"""Encoding and decoding stored bytes."""

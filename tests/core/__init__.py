@@ -1,0 +1,1 @@
+"""The bottom wing: the I/O loop, request budget, buffers, geometry."""

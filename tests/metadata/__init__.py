@@ -1,0 +1,1 @@
+"""Loading and parsing Zarr metadata."""

@@ -1,0 +1,1 @@
+"""The read path: plans, fetches, local reads, request counts."""

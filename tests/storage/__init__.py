@@ -1,0 +1,1 @@
+"""Byte sources and sinks, every backend."""

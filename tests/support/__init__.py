@@ -1,0 +1,1 @@
+"""Helpers shared by the test files (stores, hypothesis strategies, datasets)."""

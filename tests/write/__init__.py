@@ -1,0 +1,1 @@
+"""Writes: to_zarr and the advised encoding."""
