@@ -15,10 +15,11 @@ from obstore.store import LocalStore as ObstoreLocalStore
 from zarr.storage import FsspecStore, MemoryStore, ObjectStore
 
 import xarray_zarrmax
-from tests.backend.test_backend import assert_same_dataset, era5_like, write
-from tests.properties.test_coherence import CASES, _change, _create, _reads
+from tests.support.changes import CASES, change_case, create_case, read_selections
+from tests.support.compare import assert_same_dataset
+from tests.support.datasets import era5_like, write_with_zarr
 from xarray_zarrmax import request_counts, set_config
-from xarray_zarrmax.storage.sources import (
+from xarray_zarrmax.storage import (
     LocalSource,
     ObstoreSource,
     ZarrStoreSource,
@@ -65,16 +66,16 @@ def storelike(kind: str, tmp_path: Path, memory_url: str, zarr_format: int = 3, 
     kind of StoreLike, holding `era5_like` data."""
     if kind == "dict":
         store: dict = {}
-        write(era5_like(), store, zarr_format, consolidated)
+        write_with_zarr(era5_like(), store, zarr_format, consolidated)
         return store, ZarrStoreSource, store
     local = str(tmp_path / "era5.zarr")
     if kind in ("local-mapper", "ObjectStore"):
-        write(era5_like(), local, zarr_format, consolidated)
+        write_with_zarr(era5_like(), local, zarr_format, consolidated)
         if kind == "local-mapper":
             return fsspec.get_mapper(local), LocalSource, fsspec.get_mapper(local)
         return ObjectStore(ObstoreLocalStore(local)), ObstoreSource, ObjectStore(ObstoreLocalStore(local))
     url = f"{memory_url}/era5.zarr"
-    write(era5_like(), url, zarr_format, consolidated)
+    write_with_zarr(era5_like(), url, zarr_format, consolidated)
     return {
         "memory-url": (url, ZarrStoreSource, url),
         # engine="zarr" fails on sharded arrays through simplecache:: with fsspec <= 2026.9 (suffix reads: "no
@@ -103,7 +104,7 @@ def test_a_dict_of_bytes_or_another_mapping_reads_as_a_dict_of_buffers():
     """zarr-python writes Buffers into a dict; a dict of plain bytes (or a MutableMapping that is not a dict),
     which engine="zarr" refuses, reads here as the same store."""
     buffers: dict = {}
-    write(era5_like(), buffers)
+    write_with_zarr(era5_like(), buffers)
     oracle = xr.open_dataset(buffers, engine="zarr", consolidated=False).load()
     as_bytes = {key: value.to_bytes() for key, value in buffers.items()}
     as_bytearrays = {key: bytearray(value) for key, value in as_bytes.items()}
@@ -128,25 +129,25 @@ def test_changes_under_an_open_dataset_read_as_engine_zarr(memory_url, kind, cas
     """These stores give no version with their bytes, so nothing read from them is reused: a change between
     reads shows, as it does with engine="zarr"."""
     writer, target = _writable(kind, memory_url)
-    _create(writer, case)
+    create_case(writer, case)
     ours = [xr.open_dataset(target, engine="zarrmax", chunks=chunks) for chunks in (None, {})]
     oracle = xr.open_dataset(target, engine="zarr", consolidated=False)
     with set_config(full_shard_fraction=1.0):  # partial reads: an index, then chunk ranges
-        before = [_reads(ds) for ds in ours]
-    _change(writer, case)
-    expected = _reads(oracle)
+        before = [read_selections(ds) for ds in ours]
+    change_case(writer, case)
+    expected = read_selections(oracle)
     assert not all(np.array_equal(a, b) for a, b in zip(before[0], expected, strict=True))
     for ds in ours:
         for config in ({"full_shard_fraction": 1.0}, {}):
             with set_config(**config):
-                for a, b in zip(_reads(ds), expected, strict=True):
+                for a, b in zip(read_selections(ds), expected, strict=True):
                     np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("kind", ["dict", "memory-url", "memory-mapper"])
 def test_unversioned_stores_read_the_shard_index_every_time(memory_url, kind):
     writer, target = _writable(kind, memory_url)
-    _create(writer, "same-size")
+    create_case(writer, "same-size")
     ds = xr.open_dataset(target, engine="zarrmax")
     with set_config(full_shard_fraction=1.0):
         ds["v"][0:4].values
@@ -157,7 +158,7 @@ def test_unversioned_stores_read_the_shard_index_every_time(memory_url, kind):
 
 def _sharded_object_store(obstore) -> ObjectStore:
     store = ObjectStore(obstore)
-    _create(store, "same-size")
+    create_case(store, "same-size")
     return store
 
 
@@ -197,7 +198,7 @@ def test_zarr_object_store_on_s3_is_read_through_obstore_with_etags(minio, bucke
 
 def _bad_inputs(tmp_path):
     """(what to open, keyword arguments, the exception type both engines raise)."""
-    local = write(era5_like(), str(tmp_path / "era5.zarr"))
+    local = write_with_zarr(era5_like(), str(tmp_path / "era5.zarr"))
     return [
         ("nosuchprotocol://bucket/x.zarr", {}, ValueError),
         ("memory://storelike-missing/x.zarr", {}, FileNotFoundError),
@@ -253,7 +254,7 @@ def test_s3fs_option_names_that_disagree_or_are_unknown_are_refused():
 def test_s3_url_with_s3fs_option_names(minio, bucket):
     prefix = f"s3fs-names-{uuid.uuid4().hex}.zarr"
     store = ObjectStore(minio.obstore(bucket, prefix))
-    write(era5_like(), store)
+    write_with_zarr(era5_like(), store)
     so = minio.storage_options()
     s3fs_names = {"key": so["access_key_id"], "secret": so["secret_access_key"],
                   "client_kwargs": {"endpoint_url": minio.endpoint, "region_name": "us-east-1"}}
@@ -272,7 +273,7 @@ def _runs(n: int = 3) -> list[xr.Dataset]:
 
 
 def _write_runs(root: str) -> list[str]:
-    return [write(ds, f"{root}/run-{i}.zarr") for i, ds in enumerate(_runs())]
+    return [write_with_zarr(ds, f"{root}/run-{i}.zarr") for i, ds in enumerate(_runs())]
 
 
 MF = {"combine": "nested", "concat_dim": "time", "data_vars": "all", "coords": "different", "compat": "equals",
@@ -315,8 +316,9 @@ def test_open_mfdataset_fsspec_glob(memory_url):
 @pytest.mark.s3
 def test_open_mfdataset_s3_glob(minio, bucket):
     root = f"mf-{uuid.uuid4().hex}"
-    stores = [write(ds, ObjectStore(minio.obstore(bucket, f"{root}/a/run-{i}.zarr"))) for i, ds in enumerate(_runs())]
-    write(era5_like(8), ObjectStore(minio.obstore(bucket, f"{root}/b/other.zarr")))
+    stores = [write_with_zarr(ds, ObjectStore(minio.obstore(bucket, f"{root}/a/run-{i}.zarr")))
+              for i, ds in enumerate(_runs())]
+    write_with_zarr(era5_like(8), ObjectStore(minio.obstore(bucket, f"{root}/b/other.zarr")))
     so = minio.storage_options()
     with request_counts() as counts:
         urls = xarray_zarrmax.glob(f"s3://{bucket}/{root}/*/run-?.zarr", storage_options=so)
