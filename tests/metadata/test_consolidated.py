@@ -219,7 +219,7 @@ def test_nczarr_dimension_references(tmp_path: Path, consolidated: bool | None) 
 
 
 def test_nczarr_array_reads_on_the_fast_path(tmp_path: Path) -> None:
-    from xarray_zarrmax.backend.entrypoint import ZarrmaxArray
+    from xarray_zarrmax.backend import ZarrmaxArray
 
     path = nczarr_store(tmp_path / "nc", {"temp": ["/x", "/y"], "x": ["/x"]})
     lazy = xr.open_dataset(path, engine="zarrmax", consolidated=False)["temp"].variable._data

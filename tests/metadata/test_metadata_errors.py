@@ -17,6 +17,7 @@ import xarray as xr
 import zarr
 from zarr.storage import MemoryStore
 
+from tests.support.compare import builtin_types
 from xarray_zarrmax import MetadataError
 
 
@@ -184,11 +185,6 @@ BAD = {
     "v2 fill value outside its data type (OverflowError)": Bad(fill_value_out_of_range(2), r"'v/\.zarray'.*-1"),
     "malformed member JSON": Bad(malformed_member_json, "'v/zarr.json'"),
 }
-
-
-def builtin_types(err: BaseException) -> set[type]:
-    """The built-in exception classes an error is an instance of (zarr's own classes are built on them)."""
-    return {c for c in type(err).__mro__ if c.__module__ == "builtins" and c not in (BaseException, Exception, object)}
 
 
 def error_of(engine: str, target: Any, kwargs: dict[str, Any]) -> BaseException:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from xarray_zarrmax.metadata.hierarchy import MetadataParser
+from xarray_zarrmax.metadata import MetadataParser
 
 
 def doc(name: str, dims=("t", "x"), fill=0.0, shape=(4, 6)) -> dict:
