@@ -41,8 +41,9 @@ def _open(args: argparse.Namespace, chunks: Any) -> Any:
 
 
 def info(args: argparse.Namespace) -> int:
-    from xarray_zarrmax.backend.entrypoint import FallbackArray, ZarrmaxArray
+    from xarray_zarrmax.backend.arrays import FallbackArray, ZarrmaxArray
     from xarray_zarrmax.core.accounting import request_counts
+    from xarray_zarrmax.xarray_compat import backend_array
 
     start = time.perf_counter()
     with request_counts() as counts:
@@ -55,9 +56,7 @@ def info(args: argparse.Namespace) -> int:
         enc = var.encoding
         shards = enc.get("shards")
         layout = f"chunks {enc.get('chunks')}" + (f" in shards {shards}" if shards else "")
-        wrapper = var._data
-        while hasattr(wrapper, "array") and not isinstance(wrapper, ZarrmaxArray | FallbackArray):
-            wrapper = wrapper.array
+        wrapper = backend_array(var, (ZarrmaxArray, FallbackArray))
         path = "fast path" if isinstance(wrapper, ZarrmaxArray) else (
             f"zarr-python ({wrapper.reason})" if isinstance(wrapper, FallbackArray) else "loaded at open")
         print(f"  {name}: {var.dims} {var.dtype} {layout}; {path}")
@@ -125,8 +124,8 @@ def _selection(text: str, spec: str, usage: str = "--select NAME:WEIGHT:DIM=STAR
 
 
 def advise(args: argparse.Namespace) -> int:
-    from xarray_zarrmax.advise.advisor import Batch
     from xarray_zarrmax.advise.advisor import advise as run_advice
+    from xarray_zarrmax.advise.patterns import Batch
     from xarray_zarrmax.advise.probe import probe_place
 
     patterns: dict[str, Any] = {}

@@ -77,6 +77,11 @@ class GroupNotFoundError(NodeNotFoundError, KeyError):
     __str__ = Exception.__str__  # not KeyError's quoted repr
 
 
+class XarrayChanged(ZarrmaxError, RuntimeError):
+    """An xarray release changed something xarray_zarrmax reaches into that is not xarray's public API (see
+    `xarray_zarrmax.xarray_compat`): refused rather than read or written differently."""
+
+
 class MissingDimensionsError(MetadataError, KeyError):
     """An array lacks the dimension names xarray needs (xarray's zarr backend: KeyError)."""
 

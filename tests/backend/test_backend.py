@@ -10,59 +10,18 @@ import pytest
 import xarray as xr
 import zarr
 
+from tests.support.compare import assert_same_dataset
+from tests.support.datasets import era5_like, write_with_zarr
 from xarray_zarrmax import set_config
-from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint, ZarrmaxStore
+from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
 from xarray_zarrmax.errors import MetadataError
-from xarray_zarrmax.storage.sources import resolve_source
-
-
-def era5_like(n_time: int = 24) -> xr.Dataset:
-    rng = np.random.default_rng(0)
-    time = pd.date_range("2020-01-01", periods=n_time, freq="h")
-    lat = np.linspace(90, -90, 19)
-    lon = np.arange(0, 360, 20.0)
-    t2m = (280 + 10 * np.sin(np.arange(n_time))[:, None, None] + rng.normal(size=(n_time, 19, 18))).astype("f4")
-    t2m[0, 0, 0] = np.nan
-    ds = xr.Dataset(
-        {
-            "t2m": (("time", "latitude", "longitude"), t2m, {"units": "K", "long_name": "2 m temperature"}),
-            "tp": (("time", "latitude", "longitude"), rng.gamma(1.0, size=t2m.shape).astype("f8")),
-            "lsm": (("latitude", "longitude"), (rng.random((19, 18)) > 0.5).astype("i1")),
-            "scaled": (("time",), np.arange(n_time, dtype="f8")),
-        },
-        coords={"time": time, "latitude": lat, "longitude": lon, "level": 850},
-        attrs={"title": "ERA5-like test data", "Conventions": "CF-1.8"},
-    )
-    ds["scaled"].encoding = {"scale_factor": 0.5, "add_offset": 1.0, "dtype": "i2", "_FillValue": -1}
-    return ds
-
-
-def write(ds: xr.Dataset, path, zarr_format: int = 3, consolidated: bool = False, sharded: bool = True, **kw):
-    encoding = {}
-    if sharded and zarr_format == 3:
-        encoding = {"t2m": {"chunks": (4, 10, 9), "shards": (8, 20, 18)}, "tp": {"chunks": (6, 19, 18)}}
-    ds.to_zarr(path, zarr_format=zarr_format, consolidated=consolidated, encoding=encoding, mode="w", **kw)
-    return path
-
-
-def assert_same_dataset(ours: xr.Dataset, oracle: xr.Dataset) -> None:
-    xr.testing.assert_identical(ours, oracle)
-    for name in oracle.variables:  # identical() compares values, not their dtypes
-        a, b = ours[name].values.dtype, oracle[name].values.dtype
-        assert a == b, (name, a, b)
-        a, b = ours[name].encoding, oracle[name].encoding
-        assert set(a) - {"source"} == set(b) - {"source"}, name
-        for key in b:
-            if key in ("preferred_chunks", "source"):
-                continue
-            same = a[key] == b[key] or (np.ndim(b[key]) == 0 and pd.isna(b[key]) and pd.isna(a[key]))
-            assert same, (name, key, a[key], b[key])
+from xarray_zarrmax.storage import resolve_source
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 @pytest.mark.parametrize("consolidated", [False, True])
 def test_dataset_identical_to_engine_zarr(tmp_path, zarr_format, consolidated):
-    path = write(era5_like(), tmp_path / "era5.zarr", zarr_format, consolidated)
+    path = write_with_zarr(era5_like(), tmp_path / "era5.zarr", zarr_format, consolidated)
     ours = xr.open_dataset(path, engine="zarrmax", chunks={})
     oracle = xr.open_dataset(path, engine="zarr", chunks={}, consolidated=consolidated)
     assert_same_dataset(ours.compute(), oracle.compute())
@@ -110,7 +69,7 @@ def test_missing_dimension_names_still_fail_the_open(tmp_path):
 def test_dask_chunk_is_one_shard(tmp_path):
     """One task per shard: a deliberate, documented difference from engine="zarr" (xarray 2026.9), which
     prefers the inner chunks (README, "Dask chunks"); this pins both sides so the docs follow any change."""
-    path = write(era5_like(), tmp_path / "era5.zarr")
+    path = write_with_zarr(era5_like(), tmp_path / "era5.zarr")
     with set_config(task_bytes=0):  # one task per stored object
         ds = xr.open_dataset(path, engine="zarrmax", chunks={})
     with xr.open_dataset(path, engine="zarr", chunks={}) as theirs:
@@ -174,7 +133,7 @@ def test_the_default_groups_only_chunks_given_as_an_empty_dict(tmp_path):
     tree = xr.open_datatree(path, engine="zarrmax", chunks={}, consolidated=False)
     assert tree["v"].chunks == ((100,), (40,))
     # called by anything but xarray's opener (a wrapping backend, say), the stored chunks
-    from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
+    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
 
     plain = ZarrmaxBackendEntrypoint().open_dataset(path, consolidated=False)
     assert plain.v.encoding["preferred_chunks"] == {"t": 10, "x": 8}
@@ -234,7 +193,7 @@ def test_group_drop_variables_and_without_dask(tmp_path):
 
 
 def test_variables_argument_opens_only_those(tmp_path):
-    path = write(era5_like(), tmp_path / "era5.zarr")
+    path = write_with_zarr(era5_like(), tmp_path / "era5.zarr")
     ds = xr.open_dataset(path, engine="zarrmax", variables=["t2m"], chunks={})
     assert set(ds.data_vars) == {"t2m"}
     # its dimensions, and "level", which its CF "coordinates" attribute names
@@ -277,7 +236,7 @@ def test_v3_strings_fall_back_with_zarr_dtype(tmp_path):
 
 
 def test_lazy_arrays_pickle_small(tmp_path):
-    path = write(era5_like(), tmp_path / "era5.zarr")
+    path = write_with_zarr(era5_like(), tmp_path / "era5.zarr")
     ds = xr.open_dataset(path, engine="zarrmax", chunks={})
     payload = pickle.dumps(ds.t2m.data)
     assert len(payload) < 20_000, len(payload)  # references to the store, not the data (32 KB here)
@@ -296,11 +255,11 @@ def test_unpickled_stores_are_shared_while_used_and_not_kept_for_ever(monkeypatc
     from zarr.core.buffer import cpu
     from zarr.storage import MemoryStore
 
-    from xarray_zarrmax.storage import sources as stores
+    from xarray_zarrmax.storage import ZarrStoreSource, registry
 
-    monkeypatch.setattr(stores, "RECENT_STORE_BYTES", 64 << 10)
+    monkeypatch.setattr(registry, "RECENT_STORE_BYTES", 64 << 10)
     memory = MemoryStore()
-    source = stores.ZarrStoreSource(memory, label="memory")
+    source = ZarrStoreSource(memory, label="memory")
     first = pickle.loads(pickle.dumps(source))
     assert pickle.loads(pickle.dumps(source)) is first  # shared, not unpickled per task
     versions = [weakref.ref(first)]
@@ -373,10 +332,47 @@ def test_open_dataset_signature_follows_xarray_conventions():
     assert set(ZarrmaxBackendEntrypoint.open_dataset_parameters) == set(params) - {"self"}
 
 
+def test_the_open_methods_share_one_signature_and_refuse_unknown_keywords_as_python_does(tmp_path):
+    """The keywords are written once (`OpenOptions`): each method shows them as its own keyword-only
+    parameters (xarray's detect_parameters, help()), open_datatree and open_groups without ``variables``, and a
+    wrong keyword or argument count gets the TypeError Python gives a plain method."""
+    import inspect
+    import pydoc
+
+    from xarray.backends.plugins import detect_parameters
+
+    from xarray_zarrmax.backend import OpenOptions
+
+    entry = ZarrmaxBackendEntrypoint()
+    names = [f for f in OpenOptions.__dataclass_fields__]
+    assert detect_parameters(entry.open_dataset) == ("filename_or_obj", *names)
+    for method in (entry.open_datatree, entry.open_groups_as_dict):
+        params = inspect.signature(method).parameters
+        assert list(params) == ["filename_or_obj", *(n for n in names if n != "variables")]
+        assert all(p.kind is p.KEYWORD_ONLY for n, p in params.items() if n != "filename_or_obj")
+    assert "device: 'DeviceSpec' = 'cpu'" in pydoc.render_doc(ZarrmaxBackendEntrypoint.open_dataset)
+    path = write_with_zarr(era5_like(), tmp_path / "e.zarr")
+    for call, message in [
+        (lambda: entry.open_dataset(path, consolidate=False),
+         "ZarrmaxBackendEntrypoint.open_dataset() got an unexpected keyword argument 'consolidate'"),
+        (lambda: entry.open_datatree(path, variables=["t2m"]),
+         "ZarrmaxBackendEntrypoint.open_datatree() got an unexpected keyword argument 'variables'"),
+        (lambda: entry.open_dataset(path, True),
+         "ZarrmaxBackendEntrypoint.open_dataset() takes 2 positional arguments but 3 were given"),
+        (lambda: entry.open_groups_as_dict(),
+         "ZarrmaxBackendEntrypoint.open_groups_as_dict() missing 1 required positional argument: 'filename_or_obj'"),
+    ]:
+        with pytest.raises(TypeError) as raised:
+            call()
+        assert str(raised.value) == message
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'consolidate'"):
+        xr.open_dataset(path, engine="zarrmax", consolidate=False)
+
+
 def test_zarr_store_and_obstore_inputs(tmp_path):
     from obstore.store import LocalStore as ObLocal
 
-    path = write(era5_like(), tmp_path / "era5.zarr")
+    path = write_with_zarr(era5_like(), tmp_path / "era5.zarr")
     oracle = xr.open_dataset(path, engine="zarr", consolidated=False).load()
     via_url = xr.open_dataset(f"file://{path}", engine="zarrmax").load()
     via_zarr = xr.open_dataset(zarr.storage.LocalStore(path), engine="zarrmax").load()
@@ -506,7 +502,7 @@ def test_drop_variables_is_read_as_xarray_reads_it(tmp_path, how, drop):
 
 
 def test_drop_variables_as_a_generator_drops_in_every_group(tmp_path):
-    """Declared (docs/design.md): a generator drops its names in every group, as a list does; engine="zarr"
+    """Declared (docs/dev/design.md): a generator drops its names in every group, as a list does; engine="zarr"
     spends it on the first group decoded."""
     group = _coordinate_store(tmp_path / "c.zarr")
     child = group.create_group("child")

@@ -15,12 +15,11 @@ import pytest
 import xarray as xr
 import zarr
 
-from tests.backend.test_backend import assert_same_dataset
-from tests.metadata.test_metadata_errors import builtin_types
+from tests.support.compare import assert_same_dataset, builtin_types
 from xarray_zarrmax import request_counts, set_config
-from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
+from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
 from xarray_zarrmax.errors import GroupNotFoundError, MetadataError
-from xarray_zarrmax.storage.sources import ByteSource, ZarrStoreSource
+from xarray_zarrmax.storage import ByteSource, ZarrStoreSource
 from xarray_zarrmax.testing import TREE_GROUPS, write_group_tree
 
 

@@ -75,6 +75,6 @@ def test_coordinates_are_decoded_like_engine_zarr(era5_stores):
 
 
 def _obstore_for(url, kw):
-    from xarray_zarrmax.storage.sources import resolve_source
+    from xarray_zarrmax.storage import resolve_source
 
     return resolve_source(url, kw["storage_options"]).store

@@ -1,0 +1,107 @@
+"""The keywords of ``open_dataset``, ``open_datatree`` and ``open_groups`` with engine="zarrmax", written once.
+
+`OpenOptions` declares them (name, type, default); `open_method` gives each entrypoint method the real
+keyword-only signature built from it, which is what xarray reads (``open_dataset_parameters``, guessing
+``decode_*`` defaults), what ``help()`` shows, and what an unknown keyword is refused against, with Python's
+own message. The method's body receives the filled-in `OpenOptions`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from xarray_zarrmax.backend.arrays import DeviceSpec
+from xarray_zarrmax.xarray_compat import passes_through
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenOptions:
+    """What ``xr.open_dataset(..., engine="zarrmax", **options)`` passes to the entrypoint: xarray's CF
+    decoding options (handed to xarray's decoding as they are), then the store's. ``chunks``, ``cache`` and
+    ``create_default_indexes`` are xarray's own and never reach a backend."""
+
+    mask_and_scale: bool = True
+    decode_times: bool = True
+    concat_characters: bool = True
+    decode_coords: bool | str = True
+    drop_variables: str | Iterable[str] | None = None
+    use_cftime: bool | None = None
+    decode_timedelta: bool | None = None
+    group: str | None = None
+    consolidated: bool | None = None
+    storage_options: Mapping[str, Any] | None = None
+    zarr_format: int | None = None
+    variables: Iterable[str] | None = None  # open_dataset only: the variables to open, by name
+    use_zarr_fill_value_as_mask: bool | None = None
+    device: DeviceSpec = "cpu"
+
+    def decoders(self, dropped: set[Any]) -> dict[str, Any]:
+        """The keywords of xarray's decoding (``StoreBackendEntrypoint.open_dataset``), with ``drop_variables``
+        read once (`dropped_names`)."""
+        return {
+            "mask_and_scale": self.mask_and_scale,
+            "decode_times": self.decode_times,
+            "concat_characters": self.concat_characters,
+            "decode_coords": self.decode_coords,
+            "drop_variables": dropped,
+            "use_cftime": self.use_cftime,
+            "decode_timedelta": self.decode_timedelta,
+        }
+
+    def keywords(self, *, without: Iterable[str] = ()) -> dict[str, Any]:
+        """The options as the keywords they were given as (``without`` some), to call another open method."""
+        left_out = set(without)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in left_out}  # not copied
+
+
+def dropped_names(drop_variables: Any) -> set[Any]:
+    """``drop_variables`` as xarray's decoding reads it (a string is one name, None none, anything else
+    ``set()`` of it, with the same errors), read once: an iterator passed on would be spent here and drop
+    nothing in xarray's decoding."""
+    if isinstance(drop_variables, str):
+        return {drop_variables}
+    return set() if drop_variables is None else set(drop_variables)
+
+
+def open_method[R](*, without: Iterable[str] = ()) -> Callable[[Callable[[Any, Any, OpenOptions], R]],
+                                                             Callable[..., R]]:
+    """Decorate ``body(self, filename_or_obj, options)`` into the method xarray calls: ``(self,
+    filename_or_obj, *, <every `OpenOptions` field but those ``without``>)``. The method's ``__signature__``
+    is that signature (xarray's ``detect_parameters`` and ``help()`` read it; no ``**kwargs``, as xarray's
+    backend guide asks), and a keyword outside it raises the TypeError Python would raise for it (Python's own
+    errors for the positional arguments name the method too: ``functools.wraps`` gives it its name). The method
+    hands its result back unchanged: `xarray_compat.opener_call` looks through it to xarray's opener."""
+    left_out = frozenset(without)
+    options = [f for f in fields(OpenOptions) if f.name not in left_out]
+    names = frozenset(f.name for f in options)
+
+    def decorate(body: Callable[[Any, Any, OpenOptions], R]) -> Callable[..., R]:
+        parameters = [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("filename_or_obj", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any"),
+            *(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+              for f in options),
+        ]
+        signature = inspect.Signature(parameters, return_annotation=body.__annotations__.get(
+            "return", inspect.Signature.empty))
+
+        @functools.wraps(body)
+        def method(self: Any, filename_or_obj: Any, **given: Any) -> R:
+            if not names.issuperset(given):
+                unknown = next(name for name in given if name not in names)  # the first, as Python names it
+                raise TypeError(f"{body.__qualname__}() got an unexpected keyword argument {unknown!r}")
+            return body(self, filename_or_obj, OpenOptions(**given))
+
+        method.__signature__ = signature  # type: ignore[attr-defined]
+        return passes_through(method)
+
+    return decorate
+
+
+def parameter_names(method: Callable[..., Any]) -> tuple[str, ...]:
+    """A method's parameters but ``self``: its ``open_dataset_parameters``."""
+    return tuple(name for name in inspect.signature(method).parameters if name != "self")
