@@ -10,7 +10,7 @@ Read from the source with ``ast`` (nothing is imported), so it measures any chec
   package's top-level modules, of any top-level module) on the same floor or a higher one; between wings the
   wing order below decides;
 - *wing order*: with ``--check``, a subpackage may import only itself and the wings listed before it in
-  ``WINGS`` below (top-level modules ``config``, ``errors`` and ``tuning`` are the ground floor, everything else at the
+  ``WINGS`` below (the top-level modules in ``GROUND`` are the ground floor, everything else at the
   top of the package may import any wing). ``--check`` exits 1 on a circle, an import that runs back up, a
   wing importing a later wing, or a module over ``MAX_LINES`` lines.
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The wings from the bottom up; a wing may import the wings before it, never after.
-WINGS = ("core", "codecs", "storage", "metadata", "read", "gpu", "advise", "write", "backend", "testing")
-GROUND = ("config", "errors", "tuning")
+WINGS = ("core", "storage", "codecs", "metadata", "read", "gpu", "advise", "write", "backend", "testing")
+GROUND = ("config", "errors", "tuning", "xarray_compat")
 MAX_LINES = 600
 
 
@@ -72,7 +72,10 @@ def _collect(tree: ast.Module, current: str, is_package: bool, known: set[str]) 
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            names = _resolve(current, is_package, node)
+            base, *members = _resolve(current, is_package, node)
+            modules = [m for m in members if m in known]
+            # `from pkg import mod` imports the module (its package runs first, as for any submodule)
+            names = modules if modules and len(modules) == len(members) else [base, *modules]
         else:
             return []
         found = []

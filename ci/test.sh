@@ -11,6 +11,10 @@ bash ci/install_services.sh || exit 1
 start=$(date +%s)
 .venv/bin/ruff check xarray_zarrmax tests asv_bench || exit 1
 .venv/bin/mypy xarray_zarrmax || exit 1
+# The package's shape (tests/test_architecture.py holds it) and what it uses of xarray beyond the public API
+# (xarray_zarrmax/xarray_compat.py; exits 1 if the installed xarray changed any of it).
+.venv/bin/python ci/import_graph.py || exit 1
+.venv/bin/python -m xarray_zarrmax.xarray_compat || exit 1
 log=$(mktemp)
 .venv/bin/python -m pytest tests --hypothesis-seed="$seed" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
@@ -21,7 +25,7 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
-# Conformance (docs/conformance.md): xarray's own Zarr tests, once with engine="zarr" (the control) and once with
+# Conformance (docs/dev/conformance.md): xarray's own Zarr tests, once with engine="zarr" (the control) and once with
 # every read through engine="zarrmax"; fails on any difference tests/conformance/deliberate.toml does not declare.
 conformance_log=$(mktemp)
 .venv/bin/python -m tests.conformance.run 2>&1 | tee "$conformance_log"

@@ -21,7 +21,7 @@ from xarray_zarrmax.write.dataset import _as_dataset, to_zarr
 @xr.register_dataset_accessor("zarrmax")
 class ZarrmaxAccessor:
     """``ds.zarrmax.to_zarr(store, ...)`` is ``xarray_zarrmax.to_zarr(ds, store, ...)``;
-    ``ds.zarrmax.advise(patterns, ...)`` is ``xarray_zarrmax.advise.advisor(ds, patterns, ...)``."""
+    ``ds.zarrmax.advise(patterns, ...)`` is ``xarray_zarrmax.advise(ds, patterns, ...)``."""
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds

@@ -47,7 +47,7 @@ def _open(path: Path, engine: str, counts: Counter[str]) -> Any:
     import xarray as xr
     from zarr.storage import LocalStore
 
-    from xarray_zarrmax.testing import counting_store
+    from xarray_zarrmax.testing.stores import counting_store
 
     if engine == "zarr":  # zarr-python's requests, counted by a wrapper around its store
         return xr.open_dataset(counting_store(LocalStore(path, read_only=True), counts), engine="zarr", chunks={},

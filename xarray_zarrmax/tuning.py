@@ -58,7 +58,7 @@ ALIGN_FROM_BYTES = 4 * MiB
 
 #: What the write tasks running at once hold of their data, about (each a share by dask's thread count, at
 #: least one object): small objects go several to a task, so that a task sends its PUTs at once. One task per
-#: small object left its writes waiting on dask's few threads, a round trip after another (docs/writing.md).
+#: small object left its writes waiting on dask's few threads, a round trip after another (docs/dev/writing.md).
 #: Data in memory is cut into such blocks; small dask blocks are grouped.
 WRITE_BYTES_IN_FLIGHT = 32 * MiB
 #: Merges of one task run concurrently while their objects (decoded) fit in this, at most `MAX_MERGES` at once.

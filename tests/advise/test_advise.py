@@ -13,7 +13,7 @@ import xarray as xr
 from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
-from xarray_zarrmax.advise.advisor import (
+from xarray_zarrmax.advise import (
     KNOWN_PATTERNS,
     Batch,
     Constraints,
@@ -41,7 +41,7 @@ from xarray_zarrmax.codecs import sharding as shard
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core.geometry import Axis, coalesce
 from xarray_zarrmax.read import fetch
-from xarray_zarrmax.storage import sources as stores
+from xarray_zarrmax.storage import local
 
 SHAPE = (37, 20, 30)
 DIMS = ("time", "lat", "lon")
@@ -103,7 +103,7 @@ def test_counts_equal_counted_reads(written: dict[int, str], layout: int, patter
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # freshly written files are "racy" for 2 s: their indexes would not be cached, and the multi-window
     # pattern would fetch them again; the model assumes a settled store (as S3's ETags always are)
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
     chunks, shards = LAYOUTS[layout]
     sels = selections(pattern)
     with xarray_zarrmax.set_config(coalesce_gap=gap):
@@ -119,7 +119,7 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
     the shard is read; a file of at most one piece is read whole when the read needs ``full_shard_fraction`` of
     its chunks. The model counts those reads too; with ``coalesce_gap=0`` and ``full_shard_fraction=1`` the
     reader fetches the touched chunks and the index, not one byte more."""
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
     shape, chunks, shards = (48, 128, 256), (8, 32, 32), (48, 128, 256)  # one 6 MiB shard of 32 KiB chunks
     values = (np.full(shape, 1.5) if constant else np.random.default_rng(2).random(shape) + 1).astype("f4")
     path = str(tmp_path / "pieces.zarr")
@@ -176,7 +176,7 @@ def test_indexes_parsed_equal_the_readers(written: dict[int, str], layout: int, 
     """The model charges the reader's work on a shard index once per index the reader parses: for shards read
     through their index and for shards read whole alike (each whole shard's index is parsed out of its
     bytes), none for unsharded objects or indexes cached by the open."""
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
     parsed = 0
     real = shard.parse_index
 
@@ -209,7 +209,7 @@ def test_counts_equal_counted_dask_reads(written: dict[int, str], layout: int, p
 def test_counts_equal_counted_reads_on_random_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random shapes (1 to 3 dimensions), chunks, shards, boxes and coalescing gaps: the model still counts
     every GET and byte of the real read."""
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
     rng = np.random.default_rng(7)
     for case in range(25):
         ndim = int(rng.integers(1, 4))
@@ -282,7 +282,7 @@ def test_compressed_edge_chunks_count_at_their_inside_fraction(tmp_path: Path,
     either side of it merge: the model must see that, or it counts requests the reader never sends."""
     from zarr.codecs import ZstdCodec
 
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
     shape, chunks, shards = (16, 3001), (1, 3000), (8, 6000)  # each shard: 8 full chunks, 8 holding one value
     values = np.random.default_rng(2).random(shape).astype("f4")  # little to compress: full chunks ~10.8 of 12 kB
     ds = xr.Dataset({"v": (("time", "x"), values)})
@@ -418,7 +418,7 @@ def test_report_gives_the_curves_rates() -> None:
 
 
 def test_candidate_lengths_of_a_huge_dimension_come_quickly() -> None:
-    from xarray_zarrmax.advise.advisor import _sizes
+    from xarray_zarrmax.advise.candidates import _sizes
 
     assert _sizes(10**9) == [1, 2, 8, 128, 8192, 10**9]  # the divisor search took 26 s
 

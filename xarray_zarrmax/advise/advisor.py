@@ -1,6 +1,6 @@
 """Layout advice: which (chunks, shards) make a mix of access patterns fastest on a given store.
 
->>> report = xarray_zarrmax.advise.advisor(ds, patterns={"timeseries": 0.5, "map": 0.5}, store="s3://bucket/probe/")
+>>> report = xarray_zarrmax.advise(ds, patterns={"timeseries": 0.5, "map": 0.5}, store="s3://bucket/probe/")
 >>> xarray_zarrmax.to_zarr(ds, url, encoding=report.best.encoding)
 
 The access patterns become box selections (`pattern_selections`), candidate layouts are generated per
@@ -10,7 +10,6 @@ decoder (`advise_probe`), and the ones meeting the constraints are ranked by the
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.advise.candidates import candidate_layouts, neighbours
 from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
@@ -32,38 +32,21 @@ from xarray_zarrmax.advise.model import (
     predict,
     task_memory,
 )
+from xarray_zarrmax.advise.patterns import (
+    Batch,
+    PatternSpec,
+    parse_patterns,
+    pattern_selections,
+    weight,
+)
 from xarray_zarrmax.advise.probe import Progress, probe_decoder, probe_reader, probe_store, text_progress
 from xarray_zarrmax.config import get_config
-from xarray_zarrmax.core.geometry import Axis, Selection
 from xarray_zarrmax.tuning import (
-    BATCH_SPACE,
-    BATCH_TIME,
-    BATCH_WINDOWS,
-    MAP_MEAN_STEPS,
-    MAX_CHUNK_BYTES,
-    MIN_CHUNK_BYTES,
-    REFINE_FACTORS,
     REFINE_STARTS,
     REFINE_STEPS,
-    REGION_DEGREES,
 )
 
-KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
-
-
 MB = 2**20
-
-PatternSpec = float | tuple[float, Mapping[Hashable, slice | int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """The ``random-batch`` pattern: ``windows`` windows at seeded random places, each ``window[dim]`` long
-    along the dimensions it names (default: 8 time steps, 32 cells along each other dimension)."""
-
-    windows: int = BATCH_WINDOWS
-    window: Mapping[str, int] | None = None
-
 
 @dataclass(frozen=True, slots=True)
 class Constraints:
@@ -157,208 +140,6 @@ class AdviceReport:
         return "\n".join(lines)
 
 
-# -- patterns ------------------------------------------------------------------------------------------
-
-
-def _time_dimension(dims: Sequence[str]) -> int:
-    """The time dimension: named ``time``, ``t`` or ``*time*``, else the first. The others are the map's."""
-    names = [d.lower() for d in dims]
-    return next((i for i, n in enumerate(names) if n in ("time", "t") or "time" in n), 0)
-
-
-def _span(coord: np.ndarray | None, n: int, units: float) -> int:
-    """Cells covering ``units`` of a regular numeric coordinate, else the same fraction of 180 units."""
-    if coord is not None and coord.size > 1 and np.issubdtype(coord.dtype, np.number):
-        step = abs(float(coord[1]) - float(coord[0]))
-        if step > 0:
-            return max(1, min(n, round(units / step)))
-    return max(1, min(n, round(n * units / 180.0)))
-
-
-def _centered(n: int, size: int) -> Axis:
-    start = (n - size) // 2
-    return Axis(start, start + size)
-
-
-def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape: Sequence[int],
-                       coords: Mapping[str, np.ndarray] | None = None, variable: str = "",
-                       batch: Batch = Batch()) -> list[Selection]:
-    """The box selections one access pattern reads, in order.
-
-    Raises
-    ------
-    ValueError
-        An unknown pattern name, or a user-defined selection of a dimension the variable does not have.
-    """
-    coords = coords or {}
-    shape = [int(n) for n in shape]
-    if isinstance(spec, tuple):
-        return [_user_selection(name, spec[1], dims, shape, variable)]
-    if name not in KNOWN_PATTERNS:
-        raise ValueError(f"unknown access pattern {name!r}: expected one of {', '.join(KNOWN_PATTERNS)}, or a "
-                         f"selection {{dim: slice}} of your own")
-    time = _time_dimension(dims)
-
-    def at_times(axis: Axis | None = None) -> Selection:
-        """Every element, but only ``axis`` along the time dimension."""
-        return tuple(axis if i == time and axis is not None else Axis(0, n) for i, n in enumerate(shape))
-
-    if name == "full-scan":
-        return [at_times()]
-    if name == "timeseries":
-        return [tuple(Axis(0, n) if i == time else _centered(n, 1) for i, n in enumerate(shape))]
-    if name == "map":
-        return [at_times(_centered(shape[time], 1))]
-    if name == "map-mean":
-        return [at_times(_centered(shape[time], min(MAP_MEAN_STEPS, shape[time])))]
-    if name == "region-mean":
-        return [tuple(Axis(0, n) if i == time else _centered(n, _span(coords.get(dims[i]), n, REGION_DEGREES))
-                      for i, n in enumerate(shape))]
-    return _batch(batch, dims, shape, time, variable)
-
-
-def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str) -> list[Selection]:
-    sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
-    for dim, size in (batch.window or {}).items():
-        if dim not in dims:
-            raise ValueError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} does "
-                             f"not have: its dimensions are {tuple(dims)}")
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"expected a window of at least 1 element along {dim!r}. Got {size!r} instead.")
-        sizes[list(dims).index(dim)] = size
-    if not isinstance(batch.windows, int) or batch.windows < 1:
-        raise ValueError(f"expected at least 1 window in a random batch. Got {batch.windows!r} instead.")
-    rng = np.random.default_rng(0)  # the same windows for every candidate
-    windows = []
-    for _ in range(batch.windows):
-        axes = []
-        for n, want in zip(shape, sizes, strict=True):
-            size = min(n, want)
-            start = int(rng.integers(0, n - size + 1))
-            axes.append(Axis(start, start + size))
-        windows.append(tuple(axes))
-    return windows
-
-
-def _user_selection(name: str, selection: Mapping[Hashable, slice | int], dims: Sequence[str],
-                    shape: Sequence[int], variable: str) -> Selection:
-    axes = [Axis(0, int(n)) for n in shape]
-    for dim, key in selection.items():
-        if dim not in dims:
-            raise ValueError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} does not "
-                             f"have: its dimensions are {tuple(dims)}")
-        i = list(dims).index(str(dim))
-        if isinstance(key, slice):
-            start, stop, step = key.indices(shape[i])
-            if step != 1:
-                raise ValueError(f"pattern {name!r}: expected slices with step 1. Got {key!r} for {dim!r}.")
-            axes[i] = Axis(start, max(start, stop))
-        else:
-            j = int(key) % shape[i]
-            axes[i] = Axis(j, j + 1)
-    return tuple(axes)
-
-
-def parse_patterns(patterns: Mapping[str, PatternSpec]) -> dict[str, PatternSpec]:
-    """Check the weights: positive numbers (and at least one pattern)."""
-    if not patterns:
-        raise ValueError(f"expected at least one access pattern, e.g. {{'timeseries': 0.5, 'map': 0.5}}; known "
-                         f"patterns are {', '.join(KNOWN_PATTERNS)}")
-    for name, spec in patterns.items():
-        weight = spec[0] if isinstance(spec, tuple) else spec
-        if (isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight)
-                or weight <= 0):
-            raise ValueError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
-    return dict(patterns)
-
-
-def _weight(spec: PatternSpec) -> float:
-    return float(spec[0] if isinstance(spec, tuple) else spec)
-
-
-# -- candidates ----------------------------------------------------------------------------------------
-
-
-def _sizes(n: int, limit: int = 6) -> list[int]:
-    """Chunk lengths to try along a dimension of length ``n``: powers of two below it and ``n`` itself (and
-    its divisors near them, so the last chunk is not a sliver), thinned to ``limit`` spread geometrically."""
-    options = {n}
-    p = 1
-    while p < n:
-        options.add(p)
-        # a few hundred tries at most: linear in n, a dimension of 10^9 took 26 s
-        div = next((d for d in range(p, min(2 * p, n, p + 512)) if n % d == 0), None)
-        if div is not None:
-            options.add(div)
-        p *= 2
-    ordered = sorted(options)
-    if len(ordered) <= limit:
-        return ordered
-    picks = np.unique(np.round(np.geomspace(1, len(ordered), limit)).astype(int) - 1)
-    return sorted({ordered[int(i)] for i in picks} | {n})
-
-
-def _chunk_bytes_range(shape: Sequence[int], itemsize: int) -> tuple[int, int]:
-    """Decoded bytes of a candidate's chunk: 64 KiB to 64 MiB (for small arrays, from a 64th of them)."""
-    total = itemsize * math.prod(shape)
-    return min(MIN_CHUNK_BYTES, max(itemsize, total // 64)), MAX_CHUNK_BYTES
-
-
-def _sharded(chunks: tuple[int, ...], multiples: Sequence[int]) -> Layout:
-    """``chunks`` in shards of ``multiples`` chunks per dimension (unsharded when that is one chunk)."""
-    if math.prod(multiples) == 1:
-        return Layout(chunks)
-    return Layout(chunks, tuple(k * c for k, c in zip(multiples, chunks, strict=True)))
-
-
-def candidate_layouts(shape: Sequence[int], itemsize: int, *, per_dim: int = 6) -> list[Layout]:
-    """Chunk shapes from powers of two and divisors per dimension, each unsharded and in shards of 2, 8 and
-    all of its chunks per dimension (every combination)."""
-    low, high = _chunk_bytes_range(shape, itemsize)
-    layouts: list[Layout] = []
-    per_dim_sizes = [_sizes(int(n), per_dim) for n in shape]
-    for chunks in _product(per_dim_sizes):
-        nbytes = itemsize * math.prod(chunks)
-        if not low <= nbytes <= high:
-            continue
-        layouts.append(Layout(chunks))
-        multiples = [sorted({k for k in (1, 2, 8, -(-int(n) // c)) if k <= -(-int(n) // c)})
-                     for n, c in zip(shape, chunks, strict=True)]
-        for ks in _product(multiples):
-            if math.prod(ks) > 1:
-                layouts.append(_sharded(chunks, ks))
-    return layouts
-
-
-def _product(options: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
-    return list(itertools.product(*options))
-
-
-def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layout]:
-    """Layouts one step from ``layout``: one dimension's chunk length scaled by a factor in `REFINE_FACTORS` (as many
-    chunks per shard along it, at most the dimension's), or one dimension's chunks per shard halved, doubled,
-    one or all. Chunks stay within the candidates' size range."""
-    low, high = _chunk_bytes_range(shape, itemsize)
-    chunks = layout.chunks
-    ks = [o // c for o, c in zip(layout.outer, chunks, strict=True)]
-    found: dict[Layout, None] = {}
-    for d, n in enumerate(int(x) for x in shape):
-        for factor in REFINE_FACTORS:
-            c = min(max(1, round(chunks[d] * factor)), n)
-            moved = (*chunks[:d], c, *chunks[d + 1:])
-            if c != chunks[d] and low <= itemsize * math.prod(moved) <= high:
-                found[_sharded(moved, [*ks[:d], min(ks[d], -(-n // c)), *ks[d + 1:]])] = None
-        full = -(-n // chunks[d])
-        for k in (1, ks[d] // 2, 2 * ks[d], full):
-            if 1 <= k <= full and k != ks[d]:
-                found[_sharded(chunks, [*ks[:d], k, *ks[d + 1:]])] = None
-    found.pop(layout, None)
-    return list(found)
-
-
-# -- search --------------------------------------------------------------------------------------------
-
-
 def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
          costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
          layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
@@ -399,7 +180,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
                 # fill-value part of edge chunks whatever the data's own ratio
                 counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=True)
                 predictions[name] = Prediction(counts, predict(counts, costs, reader))
-            score = sum(_weight(patterns[n]) * p.seconds for n, p in predictions.items())
+            score = sum(weight(patterns[n]) * p.seconds for n, p in predictions.items())
             candidate = Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes,
                                   objects, memory)
         costed[layout] = candidate
@@ -618,5 +399,5 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     )
     ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
                   layouts=layouts, coords=coords, variable=variable, variables=same, batch=batch)
-    return AdviceReport(variable, dims, shape, {n: _weight(s) for n, s in patterns.items()}, costs, reader,
+    return AdviceReport(variable, dims, shape, {n: weight(s) for n, s in patterns.items()}, costs, reader,
                         calibrated, tuple(ranked))

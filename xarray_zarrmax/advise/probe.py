@@ -108,7 +108,7 @@ class _Objects:
     def reconnect(self) -> None:
         """A fresh client, with no open connection (as ``open_dataset`` makes one); nothing to do locally."""
         if not self.local:
-            from xarray_zarrmax.storage import s3_store_from_url
+            from xarray_zarrmax.storage.obstore import s3_store_from_url
 
             self.store = s3_store_from_url(self.target, self.storage_options).store
 

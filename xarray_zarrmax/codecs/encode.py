@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.codecs.sharding import ShardFormat, split_index
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core.buffers import POOL, Reused
 from xarray_zarrmax.core.bytes import Pieces, view
@@ -196,7 +197,6 @@ class ShardEncoder:
         lies within that edge): the array may have grown since, and they hold what was appended. With
         nothing left to store, a stored shard becomes one of only its index (reads as the fill value: deleting
         it could not be made conditional) and a new one is not stored (None)."""
-        from xarray_zarrmax.codecs.sharding import ShardFormat, split_index
 
         dtype = part.dtype
         fmt = ShardFormat(self.grid, not self.index_at_start, self.index_big_endian, self.index_crc32c)

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.codecs.decode import check_crc32c, chunk_shape_of, named_config
+from xarray_zarrmax.codecs.decode import check_crc32c
+from xarray_zarrmax.codecs.spec import chunk_shape_of, named_config
+from xarray_zarrmax.core.bytes import nbytes, view
 from xarray_zarrmax.errors import CorruptDataError, Unsupported
 
 EMPTY = np.uint64(2**64 - 1)
@@ -141,7 +143,6 @@ def max_object_size(fmt: ShardFormat | None, chunk_nbytes: int) -> int:
 
 def split_index(fmt: ShardFormat, shard: Any, where: str) -> tuple[np.ndarray, int]:
     """Parse the index out of a whole shard object (a buffer or `Segments`); returns it and the size."""
-    from xarray_zarrmax.core.bytes import nbytes, view
 
     size = nbytes(shard)
     if size < fmt.index_nbytes:

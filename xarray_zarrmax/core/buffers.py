@@ -3,7 +3,7 @@
 An encoder that returns a new bytes object per chunk makes the process fault in fresh pages for every chunk:
 glibc hands large freed blocks back to the kernel (munmap, or madvise when it trims a thread's heap), and the
 next allocation of the same size is zeroed and mapped again. For incompressible 1 MB chunks that cost more CPU
-than the zstd that filled them (docs/performance-analysis.md, "Encoded objects in reused buffers"). Here an
+than the zstd that filled them (docs/dev/performance-analysis.md, "Encoded objects in reused buffers"). Here an
 encoder takes a buffer from a pool, and the sink that wrote its bytes gives it back for the next object of its
 size class.
 

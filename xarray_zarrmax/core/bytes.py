@@ -67,7 +67,7 @@ class Pieces:
     """The bytes of one stored object as consecutive parts (a shard's chunks and its index), kept apart so a
     sink writes them as they are: a file write per part, or one PUT whose body is the list. Joining them would
     copy the shard into a new buffer of its size, and faulting in those fresh pages cost more CPU than the
-    zstd that made them (docs/performance-analysis.md, "Shards written without joining their chunks").
+    zstd that made them (docs/dev/performance-analysis.md, "Shards written without joining their chunks").
     ``bytes(pieces)`` joins, for a consumer that needs one buffer."""
 
     __slots__ = ("nbytes", "parts")

@@ -123,7 +123,7 @@ def run_batches[T](fn: Callable[[T], object], batches: Sequence[T]) -> None:
     One job per pool thread, each taking the next batch not yet taken until none is left: the caller is woken
     once, not once per batch. (`pool.map` woke it per batch, about 65 us a wake-up on this virtual machine: a
     local read of 672 chunks of 0.8 MB in 128 batches took 60.2 ms that way, 51.5 ms this way;
-    asv_bench/pool_handoffs.py.)
+    asv_bench/experiments/pool_handoffs.py.)
     After a failure no job starts another batch; the failure of the earliest batch that failed is raised.
     An interrupted caller still waits for the batches under way, which may use what it is about to free."""
     if not batches:

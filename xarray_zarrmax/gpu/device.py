@@ -208,14 +208,3 @@ class HostDevice(Device):
         """Run every queued operation (the test harness's "the consumer needs the data now")."""
         for s in self.streams:
             s.run_until(len(s.queue))
-
-
-def get_device(name: str) -> Device:
-    """``"cpu"`` (NumPy) or ``"cuda"`` (CuPy + nvCOMP, imported only now)."""
-    if name == "cpu":
-        return HostDevice()
-    if name == "cuda":
-        from xarray_zarrmax.gpu.cuda import cuda_device
-
-        return cuda_device()
-    raise ValueError(f"device must be 'cpu' or 'cuda'. Got {name!r} instead.")

@@ -21,7 +21,7 @@ from xarray_zarrmax.errors import CorruptDataError
 from xarray_zarrmax.gpu.device import Device, PinnedPool
 from xarray_zarrmax.read.fetch import Work, fetch_work, read_selection
 from xarray_zarrmax.read.plan import ArrayPlan
-from xarray_zarrmax.storage import ByteSource
+from xarray_zarrmax.storage.abc import ByteSource
 
 _pools: dict[int, PinnedPool] = {}
 _pools_lock = threading.Lock()

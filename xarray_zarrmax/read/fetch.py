@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import threading
-from collections import OrderedDict
-from collections.abc import Coroutine, Hashable, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,62 +34,12 @@ from xarray_zarrmax.core.geometry import (
 )
 from xarray_zarrmax.core.loop import decode_pool, gather_or_cancel, run_batches, run_sync
 from xarray_zarrmax.errors import CorruptDataError, ObjectChanged, StoreAccessError
+from xarray_zarrmax.read import index_cache
 from xarray_zarrmax.read import raw_zstd as zstd_raw
 from xarray_zarrmax.read.plan import ArrayPlan
-from xarray_zarrmax.storage import ByteSource, Fetched, LocalSource, OpenedFile, check_size
-from xarray_zarrmax.tuning import CHANGED_OBJECT_ATTEMPTS, INDEX_CACHE_BYTES, JOB_BYTES, PIECE_BYTES, STREAM_BYTES
-
-
-@dataclass(frozen=True, slots=True)
-class _CachedIndex:
-    index: np.ndarray
-    version: Hashable  # the object version the index was read from: every use proves it still holds
-
-
-_index_cache: OrderedDict[tuple[str, str], _CachedIndex] = OrderedDict()
-_index_cache_bytes = 0
-_index_lock = threading.Lock()
-
-
-def _after_fork() -> None:
-    global _index_lock
-    _index_lock = threading.Lock()  # a lock held by a thread that did not survive fork would never open
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
-def _cached_index(token: str, key: str) -> _CachedIndex | None:
-    with _index_lock:
-        entry = _index_cache.get((token, key))
-        if entry is not None:
-            _index_cache.move_to_end((token, key))
-        return entry
-
-
-def _cache_index(token: str, key: str, index: np.ndarray, fetched: Fetched) -> None:
-    """Remember an index, only when its object's version proves freshness on later reads."""
-    global _index_cache_bytes
-    if not fetched.cacheable:
-        _drop_index(token, key)
-        return
-    with _index_lock:
-        previous = _index_cache.pop((token, key), None)
-        if previous is not None:
-            _index_cache_bytes -= previous.index.nbytes
-        _index_cache[(token, key)] = _CachedIndex(index, fetched.version)
-        _index_cache_bytes += index.nbytes
-        while _index_cache_bytes > INDEX_CACHE_BYTES and len(_index_cache) > 1:
-            _, evicted = _index_cache.popitem(last=False)
-            _index_cache_bytes -= evicted.index.nbytes
-
-
-def _drop_index(token: str, key: str) -> None:
-    global _index_cache_bytes
-    with _index_lock:
-        previous = _index_cache.pop((token, key), None)
-        if previous is not None:
-            _index_cache_bytes -= previous.index.nbytes
+from xarray_zarrmax.storage.abc import ByteSource, check_size
+from xarray_zarrmax.storage.local import LocalSource, OpenedFile
+from xarray_zarrmax.tuning import CHANGED_OBJECT_ATTEMPTS, JOB_BYTES, PIECE_BYTES, STREAM_BYTES
 
 
 @dataclass(slots=True)
@@ -126,7 +73,7 @@ async def _fetch_object(plan: ArrayPlan, source: ByteSource, read: ObjectRead, t
             return await _fetch_object_once(plan, source, key, read[1], token, hold)
         except ObjectChanged:
             hold.release_all()
-            _drop_index(token, key)
+            index_cache.forget(token, key)
             if attempt == CHANGED_OBJECT_ATTEMPTS - 1:
                 raise _changed_too_often(plan, source, key) from None
     raise AssertionError("unreachable")
@@ -146,14 +93,14 @@ async def _fetch_object_once(
 
     fmt = plan.shard
     total = math.prod(fmt.chunks_per_shard)
-    cached = _cached_index(token, key)
+    cached = index_cache.lookup(token, key)
     if cached is None and len(pieces) >= get_config().full_shard_fraction * total:
         await hold.take(plan.codec.nbytes * total)  # its chunks at decoded size, as an unsharded chunk
         shard = await source.get_large(key, limit)
         if shard is None:
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index, _ = split_index(fmt, shard.data, _where(plan, key))  # always the index inside these bytes
-        _cache_index(token, key, index, shard)
+        index_cache.remember(token, key, index, shard)
         return [_slice_chunk(plan, key, index, p, shard.data) for p in pieces]
 
     if cached is not None and all(cached.index[p.coords][0] == EMPTY for p in pieces):
@@ -167,7 +114,7 @@ async def _fetch_object_once(
         if got is None:
             return [Work(None, p, _where(plan, key, p.coords)) for p in pieces]
         index = parse_index(fmt, got.data, got.size, _where(plan, key))
-        _cache_index(token, key, index, got)
+        index_cache.remember(token, key, index, got)
         version = got.version  # the chunk ranges must come from the object this index describes
 
     wanted = [(p, index[p.coords]) for p in pieces]
@@ -308,7 +255,7 @@ def _read_local_whole(plan: ArrayPlan, source: ByteSource, out: np.ndarray, read
     The general path (`_fetch_local`, then `_place`) makes the same system calls and decode with a coroutine,
     a budget and work items around them: with the leaner store calls that came with this path, 22 ms less user
     CPU in a one-thread read of 672 chunks of 0.8 MB (78 -> 56 ms), Python that holds the GIL
-    (docs/performance-analysis.md)."""
+    (docs/dev/performance-analysis.md)."""
     codec = plan.codec
     if plan.shard is not None or not codec.direct or not isinstance(source, LocalSource):
         return False
@@ -387,7 +334,7 @@ def _read_local_shard(plan: ArrayPlan, source: LocalSource, out: np.ndarray, rea
             _read_local_shard_once(plan, source, out, key, read[1], token, parallel)
             return True
         except ObjectChanged:
-            _drop_index(token, key)
+            index_cache.forget(token, key)
             if attempt == CHANGED_OBJECT_ATTEMPTS - 1:
                 raise _changed_too_often(plan, source, key) from None
     raise AssertionError("unreachable")
@@ -416,7 +363,7 @@ def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: 
     fmt = plan.shard
     assert fmt is not None
     check_size(file.source, key, file.size, max_object_size(fmt, plan.codec.nbytes))
-    cached = _cached_index(token, key)
+    cached = index_cache.lookup(token, key)
     whole = None
     if cached is not None and cached.version == file.version:
         index = cached.index
@@ -424,12 +371,12 @@ def _read_opened_shard(plan: ArrayPlan, file: OpenedFile, out: np.ndarray, key: 
         # a small shard, most of it wanted: one read, index and chunks together
         whole = file.read(0, file.size)
         index, _ = split_index(fmt, whole, _where(plan, key))
-        _cache_index(token, key, index, file.fetched(whole))
+        index_cache.remember(token, key, index, file.fetched(whole))
     else:  # from this descriptor: the index of the very file the chunks are read from
         start = max(file.size - fmt.index_nbytes, 0) if fmt.index_at_end else 0
         raw = file.read(start, start + fmt.index_nbytes)
         index = parse_index(fmt, raw, file.size, _where(plan, key))
-        _cache_index(token, key, index, file.fetched(raw))
+        index_cache.remember(token, key, index, file.fetched(raw))
     present = []
     for p in pieces:
         offset, length = index[p.coords]

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.codecs.decode import (
+from xarray_zarrmax.codecs.decode import ChunkCodec
+from xarray_zarrmax.codecs.sharding import SHARDING_KEYS, ShardFormat, plan_shard_format
+from xarray_zarrmax.codecs.spec import (
     V3_DATA_TYPES,
-    ChunkCodec,
     chunk_shape_of,
     codec_name,
     named_config,
@@ -18,7 +19,6 @@ from xarray_zarrmax.codecs.decode import (
     plan_v2_chunk,
     plan_v3_chunk,
 )
-from xarray_zarrmax.codecs.sharding import SHARDING_KEYS, ShardFormat, plan_shard_format
 from xarray_zarrmax.errors import Unsupported
 
 
@@ -84,7 +84,7 @@ V2_FIELDS = frozenset({"zarr_format", "shape", "chunks", "dtype", "compressor", 
 def plan_array(name: str, path: str, metadata: Any, document: Mapping[str, Any]) -> ArrayPlan:
     """Build the plan, or raise `Unsupported` saying why the array must go through zarr-python.
 
-    What to read is decided from the stored ``document`` (see `decode.named_config`); zarr-python's parse of
+    What to read is decided from the stored ``document`` (see `spec.named_config`); zarr-python's parse of
     it, ``metadata``, gives the shape, the fill value and the dtype zarr-python returns.
     """
     dtype = output_dtype(metadata)

@@ -24,7 +24,7 @@ import numpy as np
 from xarray_zarrmax.codecs.zstd_frames import ZSTD_MAGIC
 
 if TYPE_CHECKING:
-    from xarray_zarrmax.storage import OpenedFile
+    from xarray_zarrmax.storage.local import OpenedFile
 
 #: Largest block zstd writes (128 KiB): an incompressible input becomes raw blocks of exactly this size.
 BLOCK = 128 << 10

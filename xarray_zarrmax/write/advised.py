@@ -1,6 +1,6 @@
 """``to_zarr(ds, store, encoding="advise", patterns=...)``: the advisor's best layout as the write's encoding.
 
-The advisor (`xarray_zarrmax.advise.advisor`) ranks (chunks, shards) layouts for a mix of access patterns, costed
+The advisor (`xarray_zarrmax.advise`) ranks (chunks, shards) layouts for a mix of access patterns, costed
 under numbers probed from the store. Here its best layout becomes the encoding of every data variable it
 covers (the advised variable and those of the same dimensions and shape); other variables keep xarray's
 defaults. The store is probed beside the target (the folder or prefix holding it), as ``zarrmax advise``
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-#: what ``advise_options`` may set: `xarray_zarrmax.advise.advisor`'s keywords that do not follow from the write
+#: what ``advise_options`` may set: `xarray_zarrmax.advise`'s keywords that do not follow from the write
 ADVISE_OPTIONS = frozenset({"variable", "store", "storage_options", "budget_mb", "max_object_mb", "max_objects",
                             "costs", "layouts", "batch", "progress"})
 

@@ -12,7 +12,7 @@ Three steps:
    shards, or per group of adjacent small ones (`WRITE_BYTES_IN_FLIGHT`). A task encodes its shards with
    zarr-python's codecs (`xarray_zarrmax.write.codec`) and sends each in one PUT. A shard only partly
    covered (a region's or an append's edge) is read, merged and written back conditionally
-   (`xarray_zarrmax.storage.sinks`), so concurrent writers of one shard never lose data.
+   (`xarray_zarrmax.storage.Sink.update`), so concurrent writers of one shard never lose data.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 from xarray_zarrmax.advise.advisor import advised_variables
 from xarray_zarrmax.core.bytes import Encoded
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
-from xarray_zarrmax.storage import Sink, Update, resolve_sink
+from xarray_zarrmax.storage.abc import Sink, Update
+from xarray_zarrmax.storage.resolve import resolve_sink
 from xarray_zarrmax.tuning import MAX_MERGES, MERGE_BYTES_IN_FLIGHT, WRITE_BYTES_IN_FLIGHT
 from xarray_zarrmax.write.advised import advised_encoding, check_advise_request
 from xarray_zarrmax.write.codec import ObjectCodec
@@ -116,21 +117,21 @@ def _stage(ds: Any, staging: StagingStore, *, mode: WriteMode | None, group: str
            encoding: Mapping[str, Any] | None, consolidated: bool | None, region: Any, append_dim: Hashable | None,
            write_empty_chunks: bool | None) -> _Recorder:
     """Run xarray's own Zarr writer against ``staging``: its metadata lands there, its data in the recorder."""
-    from xarray.backends.writers import _validate_dataset_names, dump_to_store, get_writable_zarr_store
+    from xarray_zarrmax import xarray_compat
 
-    _validate_dataset_names(ds)
+    xarray_compat.validate_dataset_names(ds)
     for v in ds.variables.values():
         if v.size == 0:
             v.load()  # as Dataset.to_zarr: dask cannot store zero-length arrays
-    zstore = get_writable_zarr_store(
+    zstore = xarray_compat.writable_zarr_store(
         staging, mode=mode, group=group, consolidated=consolidated, append_dim=append_dim, region=region,
         safe_chunks=False,  # our own check below: partial shards are safe here, split shards are not
         zarr_format=3, write_empty_chunks=write_empty_chunks,
     )
-    ds = zstore._validate_and_autodetect_region(ds)
-    zstore._validate_encoding(encoding or {})
+    ds = xarray_compat.validate_and_autodetect_region(zstore, ds)
+    xarray_compat.validate_encoding(zstore, encoding or {})
     recorder = _Recorder()
-    dump_to_store(ds, zstore, recorder, encoding=dict(encoding or {}))
+    xarray_compat.dump_to_store(ds, zstore, recorder, encoding=dict(encoding or {}))
     return recorder
 
 
@@ -219,17 +220,19 @@ def _as_dataset(obj: Any) -> Any:
     back: under its name, or under xarray's placeholder name when it has none or its name is one of its
     coordinates or dimensions (the real name then kept in an attribute)."""
     import xarray as xr
-    from xarray.backends.api import DATAARRAY_NAME, DATAARRAY_VARIABLE
+
+    from xarray_zarrmax.xarray_compat import dataarray_names
 
     if isinstance(obj, xr.Dataset):
         return obj
     if not isinstance(obj, xr.DataArray):
         raise TypeError(f"xarray_zarrmax.to_zarr writes an xarray Dataset or DataArray. Got {type(obj).__name__}.")
+    name_attribute, placeholder = dataarray_names()
     if obj.name is None:
-        return obj.to_dataset(name=DATAARRAY_VARIABLE)
+        return obj.to_dataset(name=placeholder)
     if obj.name in obj.coords or obj.name in obj.dims:
-        dataset = obj.to_dataset(name=DATAARRAY_VARIABLE)
-        dataset.attrs[DATAARRAY_NAME] = obj.name
+        dataset = obj.to_dataset(name=placeholder)
+        dataset.attrs[name_attribute] = obj.name
         return dataset
     return obj.to_dataset()
 
@@ -453,7 +456,7 @@ def _done(*counts: int) -> int:
 def _done_collecting(*results: tuple[int, Any]) -> Any:
     """The forks that tasks in other processes wrote to, merged into one (on whichever worker runs this), or
     None where every task wrote in the caller's process."""
-    from xarray_zarrmax.storage import merge_forks
+    from xarray_zarrmax.storage.zarr_store import merge_forks
 
     return merge_forks([fork for _, fork in results])
 
@@ -486,7 +489,7 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     mode
         As xarray: "w-" unless ``append_dim`` ("a") or ``region`` ("r+") is given.
     encoding
-        As xarray, or ``"advise"``: the layout `xarray_zarrmax.advise.advisor` ranks best for ``patterns`` (chunks and
+        As xarray, or ``"advise"``: the layout `xarray_zarrmax.advise` ranks best for ``patterns`` (chunks and
         shards of the largest data variable it can lay out and of those with its dimensions and shape; the rest
         of their encoding is kept, and the other variables are written as without ``encoding``). The store is
         probed beside the target (a path's folder, a URL's prefix; nothing is probed for a store object unless
@@ -521,10 +524,10 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
         ``return_stored`` and ``load_stored`` (arguments of ``dask.array.store``, which this does not call)
         are refused.
     patterns
-        With ``encoding="advise"``: access pattern -> weight, as `xarray_zarrmax.advise.advisor` takes them (e.g.
+        With ``encoding="advise"``: access pattern -> weight, as `xarray_zarrmax.advise` takes them (e.g.
         ``{"timeseries": 0.5, "map": 0.5}``).
     advise_options
-        With ``encoding="advise"``: more of `xarray_zarrmax.advise.advisor`'s keywords (``variable``, ``store`` (where
+        With ``encoding="advise"``: more of `xarray_zarrmax.advise`'s keywords (``variable``, ``store`` (where
         to probe, or None for no probe), ``storage_options`` (the probe's; default: the write's),
         ``budget_mb``, ``max_object_mb``, ``max_objects``, ``costs`` (a calibration instead of probing),
         ``layouts`` (candidates instead of the generated ones), ``batch``, ``progress``).
