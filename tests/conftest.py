@@ -4,11 +4,14 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import Phase, settings
 
+from tests.support.compare import s3_oracle
 from tests.support.stores import STORE_KINDS, StoreFactory
+from tests.support.targets import counter
 from xarray_zarrmax.testing import MinioServer, Toxiproxy, minio_binary, toxiproxy_binaries
 
 os.environ.setdefault("ICECHUNK_LOG", "error")  # its per-commit warning about local storage floods the log
@@ -77,6 +80,22 @@ def store_factory(request: pytest.FixtureRequest, session_tmp: Path) -> StoreFac
         server = request.getfixturevalue("minio")
         return StoreFactory(kind, session_tmp, server, request.getfixturevalue("bucket"))
     return StoreFactory(kind, session_tmp)
+
+
+@pytest.fixture(params=["local", "minio"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """A fresh write target, a local directory or an s3:// URL on MinIO: ``target`` is what to_zarr writes to
+    (with the keywords in ``write``: tests.support.targets.write passes them), ``read`` what the readers open
+    with ``kwargs`` (tests.support.compare.check_reads takes them, ``oracle`` included)."""
+    if request.param == "local":
+        path = str(tmp_path / "out.zarr")
+        return {"target": path, "read": path, "kwargs": {}}
+    minio: MinioServer = request.getfixturevalue("minio")
+    bucket = request.getfixturevalue("bucket")
+    url = f"s3://{bucket}/w{next(counter)}.zarr"
+    so = minio.storage_options()
+    return {"target": url, "read": url, "kwargs": {"storage_options": so, "oracle": s3_oracle(minio, url)},
+            "write": {"storage_options": so}}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -122,7 +122,7 @@ def test_routing_reads_through_zarrmax_and_writes_through_zarr(tmp_path):
         expected.to_zarr(path, zarr_format=3, consolidated=False)  # a write: engine="zarr"'s ZarrStore
         before = routing.reads
         with xr.open_dataset(path, engine="zarr") as ds:
-            from xarray_zarrmax.backend.entrypoint import ZarrmaxArray
+            from xarray_zarrmax.backend import ZarrmaxArray
 
             assert routing.reads == before + 1
             xr.testing.assert_identical(ds.load(), expected)

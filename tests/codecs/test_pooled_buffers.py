@@ -13,14 +13,11 @@ import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
 
 import xarray_zarrmax
-from tests.write import test_write
+from tests.support.targets import write
 from xarray_zarrmax import set_config
 from xarray_zarrmax.codecs import encode as shard_encode
 from xarray_zarrmax.core import buffers as _buffers
 from xarray_zarrmax.core.buffers import BufferPool, Reused
-
-where = test_write.where  # the fixture: a local and a MinIO target
-write = test_write.write
 
 #: 512 KiB chunks of float64, above shard_encode.POOLED_FROM_BYTES
 CHUNK = 65_536

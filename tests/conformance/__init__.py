@@ -1,4 +1,4 @@
 """The conformance run: xarray's own Zarr backend tests with every read through engine="zarrmax".
 
-See docs/conformance.md.
+See docs/dev/conformance.md.
 """

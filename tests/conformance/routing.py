@@ -28,8 +28,9 @@ from xarray.backends import BackendEntrypoint, plugins
 from xarray.backends import common as backends_common
 from xarray.backends.zarr import ZarrBackendEntrypoint, ZarrStore
 
-from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint, ZarrmaxStore, passes_through
-from xarray_zarrmax.storage.sources import resolve_source
+from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint, ZarrmaxStore
+from xarray_zarrmax.storage import resolve_source
+from xarray_zarrmax.xarray_compat import passes_through
 
 #: Reads that reached this module's entry points since the process started (the plugin counts them per test).
 reads = 0

@@ -226,7 +226,7 @@ def test_inflight_budget_counts_the_chunks_a_read_fetches_not_whole_shards():
     shards' requests go together (it was two at a time). A full read still fetches two whole shards at a time."""
     from zarr.storage import MemoryStore
 
-    from tests.backend.test_async import InFlight
+    from tests.support.inflight import InFlight
 
     memory = MemoryStore()
     values = np.arange(8 * 512, dtype="i8").reshape(8, 512)
@@ -254,7 +254,7 @@ def test_inflight_budget_counts_ranges_once_the_index_tells_them():
     together."""
     from zarr.storage import MemoryStore
 
-    from tests.backend.test_async import InFlight
+    from tests.support.inflight import InFlight
 
     memory = MemoryStore()
     values = np.arange(8 * 512, dtype="i8").reshape(8, 512)

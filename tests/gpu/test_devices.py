@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tests.support.strategies import NUMERIC_DTYPES, array_specs, write_array
 from xarray_zarrmax import CorruptDataError
-from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
+from xarray_zarrmax.backend import ZarrmaxStore
 from xarray_zarrmax.core.geometry import Axis
 from xarray_zarrmax.gpu.device import HostDevice, PinnedPool
 from xarray_zarrmax.gpu.read import device_decodable, read_selection_on
-from xarray_zarrmax.storage.sources import resolve_source
+from xarray_zarrmax.storage import resolve_source
 
 
 def test_import_does_not_import_cupy():

@@ -15,105 +15,57 @@ import pytest
 import xarray as xr
 import zarr
 
+from tests.support.changes import CASES, SAME_SIZE_SHARD0, change_case, create_case, read_selections
 from xarray_zarrmax import StoreAccessError, request_counts, set_config
 from xarray_zarrmax.errors import ObjectChanged
-from xarray_zarrmax.storage import sources as stores
-from xarray_zarrmax.storage.sources import LocalSource, ObstoreSource
-
-SHAPE, CHUNKS, SHARDS = (64, 8), (4, 8), (32, 8)
-CASES = ("same-size", "other-size", "deleted", "added")
-SAME_SIZE_SHARD0 = -np.arange(32 * 8.0).reshape(32, 8)
-SAME_SIZE_SHARD0[8:12] = -1.0
+from xarray_zarrmax.storage import LocalSource, ObstoreSource, local
 
 
 @pytest.fixture(autouse=True)
 def settled_files(monkeypatch):
     """Files here are milliseconds old; caching them must be allowed to exercise the version checks (the
     racy-file rule has its own test below)."""
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
-
-
-def _create(store, case: str) -> None:
-    compressors = None if case == "same-size" else [zarr.codecs.ZstdCodec(level=3)]
-    group = zarr.open_group(store, mode="a", zarr_format=3)
-    arr = group.create_array("v", shape=SHAPE, chunks=CHUNKS, shards=SHARDS, dtype="f8", dimension_names=["t", "x"],
-                             compressors=compressors, fill_value=-1.0)
-    rng = np.random.default_rng(0)
-    values = rng.normal(size=SHAPE)  # incompressible: a rewrite with zeros shrinks the shard
-    if case == "added":
-        arr[:32] = values[:32]  # shard 1 is never written
-    else:
-        arr[:] = values
-    if case == "same-size":
-        arr[4:8] = -1.0  # chunk 1 holds the fill value, so it is not stored
-
-
-def _change(store, case: str) -> None:
-    arr = zarr.open_array(store, path="v", mode="r+")
-    if case == "same-size":
-        arr[:32] = SAME_SIZE_SHARD0  # chunk 1 stored, chunk 2 not: as many bytes, other offsets
-    elif case == "other-size":
-        arr[:32] = 0.0
-        arr[4:8] = -1.0  # fill value: this chunk is no longer stored
-    elif case == "deleted":
-        asyncio.run(store.delete("v/c/0/0"))
-    else:
-        arr[32:] = np.arange(32 * 8.0).reshape(32, 8)
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
 
 
 def _rewrite(written, case: str) -> None:
     if written._repo is None:
-        _change(written.store, case)
+        change_case(written.store, case)
         return
     session = written._repo.writable_session("main")
-    _change(session.store, case)
+    change_case(session.store, case)
     session.commit(f"rewrite: {case}")
-
-
-SELECTIONS = [
-    {},
-    {"t": slice(0, 12)},
-    {"t": slice(16, 20)},
-    {"t": slice(40, 44)},
-    {"t": [1, 17, 45], "x": [0, 7]},
-]
-
-
-def _reads(ds: xr.Dataset) -> list[np.ndarray]:
-    values = [ds["v"].isel(sel).values for sel in SELECTIONS]
-    points = {"t": xr.DataArray([2, 33, 60], dims="p"), "x": xr.DataArray([1, 5, 7], dims="p")}
-    return [*values, ds["v"].isel(points).values]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_reads_after_a_change_match_engine_zarr(store_factory, case):
     written = store_factory.new()
-    _create(written.store, case)
+    create_case(written.store, case)
     written.finish()
     lazy = xr.open_dataset(written.target, engine="zarrmax", **written.open_kwargs)
     dask = xr.open_dataset(written.target, engine="zarrmax", chunks={}, **written.open_kwargs)
     oracle = xr.open_dataset(written.oracle_store, engine="zarr", consolidated=False)
     with set_config(full_shard_fraction=1.0):  # partial reads: the index is fetched and cached
-        before = [_reads(lazy), _reads(dask)]
+        before = [read_selections(lazy), read_selections(dask)]
     for got in before:
-        for a, b in zip(got, _reads(oracle), strict=True):
+        for a, b in zip(got, read_selections(oracle), strict=True):
             np.testing.assert_array_equal(a, b)
 
     _rewrite(written, case)
 
-    expected = _reads(oracle)  # zarr-python re-reads every shard index: always current
+    expected = read_selections(oracle)  # zarr-python re-reads every shard index: always current
     copies = [pickle.loads(pickle.dumps(lazy)), pickle.loads(pickle.dumps(dask))]
     for ds in (lazy, dask, *copies):
         for config in ({"full_shard_fraction": 1.0}, {}):  # cached index + ranges, and whole-shard reads
             with set_config(**config):
-                for a, b in zip(_reads(ds), expected, strict=True):
+                for a, b in zip(read_selections(ds), expected, strict=True):
                     np.testing.assert_array_equal(a, b)
     if written._repo is None:  # an Icechunk session reads its snapshot: the change is not in it
         assert not all(np.array_equal(a, b) for a, b in zip(before[0], expected, strict=True))
 
 
 def _sharded(path) -> str:
-    _create(zarr.storage.LocalStore(path), "same-size")
+    create_case(zarr.storage.LocalStore(path), "same-size")
     return str(path)
 
 
@@ -123,7 +75,7 @@ def test_an_unchanged_object_costs_no_extra_request_and_a_changed_one_one_retry(
     with request_counts() as same:
         ds["v"][12:16].values
     assert same.total("get") == 1  # the chunk only: fstat proves the index current
-    _change(zarr.storage.LocalStore(tmp_path / "a.zarr"), "same-size")
+    change_case(zarr.storage.LocalStore(tmp_path / "a.zarr"), "same-size")
     with request_counts() as changed:
         got = ds["v"][12:16].values
     assert changed.total("get") == 2  # fstat shows the change before any byte is read: index + chunk
@@ -135,7 +87,7 @@ def test_chunks_a_cached_index_calls_empty_are_checked_too(tmp_path):
     current: it reads the index again (as engine="zarr" does) instead of answering fill values from memory."""
     ds = xr.open_dataset(_sharded(tmp_path / "a.zarr"), engine="zarrmax")
     np.testing.assert_array_equal(ds["v"][4:8].values, -1.0)  # chunk 1 is not stored
-    _change(zarr.storage.LocalStore(tmp_path / "a.zarr"), "same-size")  # now it is
+    change_case(zarr.storage.LocalStore(tmp_path / "a.zarr"), "same-size")  # now it is
     with request_counts() as counts:
         got = ds["v"][4:8].values
     np.testing.assert_array_equal(got, SAME_SIZE_SHARD0[4:8])
@@ -143,7 +95,7 @@ def test_chunks_a_cached_index_calls_empty_are_checked_too(tmp_path):
 
 
 def test_a_recently_modified_file_is_not_trusted_across_reads(tmp_path, monkeypatch):
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 3600 * 10**9)  # everything was modified "just now"
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 3600 * 10**9)  # everything was modified "just now"
     ds = xr.open_dataset(_sharded(tmp_path / "a.zarr"), engine="zarrmax")
     ds["v"][0:4].values
     with request_counts() as again:
@@ -161,14 +113,14 @@ class _RewritingSource(LocalSource):
     def read_ranges(self, key, ranges, version=None):
         if self.rewrites == 0 and version is not None:
             self.rewrites += 1
-            _change(zarr.storage.LocalStore(self.root), self.case)
+            change_case(zarr.storage.LocalStore(self.root), self.case)
         return super().read_ranges(key, ranges, version)
 
 
 @pytest.mark.parametrize("case", ["same-size", "other-size", "deleted"])
 def test_a_change_between_index_and_chunks_is_retried_not_mixed(tmp_path, case):
     path = tmp_path / "a.zarr"
-    _create(zarr.storage.LocalStore(path), case)
+    create_case(zarr.storage.LocalStore(path), case)
     source = _RewritingSource(path, case)
     ds = xr.open_dataset(source, engine="zarrmax")
     got = ds["v"][8:12].values
@@ -191,7 +143,7 @@ def test_s3_parts_of_one_object_come_from_one_version(minio, bucket):
     """A whole shard fetched as several ranges: a rewrite after the first range must not mix two versions."""
     prefix = "coherence-parts.zarr"
     store = zarr.storage.ObjectStore(minio.obstore(bucket, prefix))
-    _create(store, "same-size")
+    create_case(store, "same-size")
 
     class RewriteAfterFirstPart(ObstoreSource):
         rewritten = 0
@@ -199,7 +151,7 @@ def test_s3_parts_of_one_object_come_from_one_version(minio, bucket):
         async def get_ranges(self, key, ranges, version=None):
             if not self.rewritten and version is not None:
                 type(self).rewritten += 1
-                await asyncio.to_thread(_change, store, "same-size")
+                await asyncio.to_thread(change_case, store, "same-size")
             return await super().get_ranges(key, ranges, version)
 
     source = RewriteAfterFirstPart(minio.obstore(bucket, prefix))
@@ -213,13 +165,13 @@ def test_s3_parts_of_one_object_come_from_one_version(minio, bucket):
 def test_s3_a_changed_object_costs_one_failed_range_then_index_and_ranges(minio, bucket):
     prefix = "coherence-counts.zarr"
     store = zarr.storage.ObjectStore(minio.obstore(bucket, prefix))
-    _create(store, "same-size")
+    create_case(store, "same-size")
     ds = xr.open_dataset(f"s3://{bucket}/{prefix}", engine="zarrmax", storage_options=minio.storage_options())
     ds["v"][0:4].values
     with request_counts() as same:
         ds["v"][12:16].values
     assert same.total("get") == 1
-    _change(store, "same-size")
+    change_case(store, "same-size")
     with request_counts() as changed:
         got = ds["v"][12:16].values
     np.testing.assert_array_equal(got, SAME_SIZE_SHARD0[12:16])

@@ -5,44 +5,14 @@ from __future__ import annotations
 import json
 import os
 
-import google_crc32c
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from tests.support.corrupt import read_all, rewrite_index, shard_file, sharded_store
 from xarray_zarrmax import CorruptDataError, MetadataError, StoreAccessError
 from xarray_zarrmax.testing import SECRET_KEY
-
-
-def sharded_store(path, *, crc_inner: bool = True) -> str:
-    """A 1-D sharded int32 array: 4 chunks of 10 per shard, 2 shards, index (with crc32c) at the end."""
-    compressors = [ZstdCodec(level=1)] + ([Crc32cCodec()] if crc_inner else [])
-    group = zarr.open_group(str(path), mode="w", zarr_format=3)
-    arr = group.create_array("v", shape=(80,), chunks=(10,), shards=(40,), dtype="i4",
-                             compressors=compressors, dimension_names=["x"])
-    arr[:] = np.arange(80, dtype="i4")
-    return str(path)
-
-
-def read_all(path, **kw):
-    return xr.open_dataset(path, engine="zarrmax", chunks={}, **kw)["v"].values
-
-
-def shard_file(path) -> str:
-    return os.path.join(path, "v", "c", "0")
-
-
-def rewrite_index(path, edit) -> None:
-    """Change the first shard's index entries with ``edit(entries)`` and re-sign the index checksum."""
-    blob = bytearray(open(shard_file(path), "rb").read())
-    n = 4 * 16 + 4
-    entries = np.frombuffer(bytes(blob[-n:-4]), dtype="<u8").reshape(4, 2).copy()
-    edit(entries)
-    raw = entries.tobytes()
-    blob[-n:] = raw + np.uint32(google_crc32c.value(raw)).tobytes()
-    open(shard_file(path), "wb").write(bytes(blob))
 
 
 def test_missing_path_is_file_not_found(tmp_path):
@@ -152,7 +122,7 @@ def test_wrong_credentials_name_endpoint_never_secret(minio, bucket):
 
 
 def test_source_repr_hides_secrets(minio, bucket):
-    from xarray_zarrmax.storage.sources import resolve_source
+    from xarray_zarrmax.storage import resolve_source
 
     source = resolve_source(f"s3://{bucket}/x.zarr", minio.storage_options())
     assert SECRET_KEY not in repr(source) and SECRET_KEY not in source.label

@@ -154,12 +154,12 @@ def test_minio_down_fails_in_bounded_time(minio, bucket, dataset, toxiproxy, pro
 
 def test_only_server_status_codes_decide_retries():
     """A number inside a key is not a status code: a 400 on key v/c/500/0 is not retried as a 500."""
-    from xarray_zarrmax.storage.sources import _is_transient
+    from xarray_zarrmax.storage.obstore import is_transient
 
-    assert not _is_transient(Exception("GET v/c/500/0: Server returned non-2xx status code: 400 Bad Request"))
-    assert _is_transient(Exception("GET v/c/400/0: Server returned non-2xx status code: 503 Slow Down"))
-    assert _is_transient(Exception("HTTP error: request or response body error"))
-    assert not _is_transient(Exception("Server returned non-2xx status code: 416 Range Not Satisfiable"))
+    assert not is_transient(Exception("GET v/c/500/0: Server returned non-2xx status code: 400 Bad Request"))
+    assert is_transient(Exception("GET v/c/400/0: Server returned non-2xx status code: 503 Slow Down"))
+    assert is_transient(Exception("HTTP error: request or response body error"))
+    assert not is_transient(Exception("Server returned non-2xx status code: 416 Range Not Satisfiable"))
 
 
 def test_a_failed_read_cancels_its_other_requests():

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
-from tests.properties.test_errors import read_all, rewrite_index, shard_file, sharded_store
+from tests.support.corrupt import read_all, rewrite_index, shard_file, sharded_store
 from xarray_zarrmax import CorruptDataError, MetadataError, set_config
 from xarray_zarrmax.codecs.decode import SMALL_ZSTD_BYTES
 from xarray_zarrmax.codecs.sharding import ShardFormat, parse_index
@@ -414,7 +414,7 @@ def test_huge_declared_shape_opens_lazily_as_engine_zarr(tmp_path, chunks):
 def test_huge_declared_shape_on_the_device_is_refused_at_open(tmp_path, monkeypatch):
     """With device="cuda" every array is a dask array of one block per object: refused before any is planned,
     before CuPy is used (here without a GPU: the check that CuPy imports is skipped)."""
-    import xarray_zarrmax.backend.entrypoint as backend
+    import xarray_zarrmax.backend.arrays as backend
 
     monkeypatch.setattr(backend, "resolve_device", lambda device: None)
     group = zarr.open_group(str(tmp_path / "huge.zarr"), mode="w", zarr_format=3)

@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import re
-import traceback
 from datetime import timedelta
 
 import fsspec
@@ -23,26 +22,15 @@ from zarr.storage import LocalStore, MemoryStore
 from xarray_zarrmax import StoreAccessError, request_counts
 from xarray_zarrmax.core.loop import run_sync
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in
-from xarray_zarrmax.storage.sources import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
+from xarray_zarrmax.storage import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
 from xarray_zarrmax.testing import SECRET_KEY, free_port
+from xarray_zarrmax.testing.storage import shown
 
 PASSWORD = "hunter2-pw"
 
 
-def everything_shown(err: BaseException) -> str:
-    """All an error shows: message, repr, the traceback as Python prints it, and every error reachable through
-    ``__cause__`` and ``__context__``, even a suppressed one (code that walks the chain sees it)."""
-    text = "".join(traceback.format_exception(err))
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [err]
-    while stack:
-        e = stack.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        text += str(e) + repr(e)
-        stack += [e.__cause__, e.__context__]
-    return text
+#: All an error shows: message, repr, traceback, notes and every error reachable through its cause and context.
+everything_shown = shown
 
 
 # -- redact ---------------------------------------------------------------------------------------------------

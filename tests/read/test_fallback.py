@@ -14,9 +14,9 @@ import xarray as xr
 import zarr
 from zarr.storage import MemoryStore, WrapperStore
 
-from tests.backend.test_backend import assert_same_dataset
-from xarray_zarrmax.backend.entrypoint import ZarrmaxStore
-from xarray_zarrmax.storage.sources import resolve_source
+from tests.support.compare import assert_same_dataset
+from xarray_zarrmax.backend import ZarrmaxStore
+from xarray_zarrmax.storage import resolve_source
 
 
 def open_both(target: Any, **kw: Any) -> tuple[xr.Dataset, xr.Dataset]:

@@ -44,8 +44,8 @@ def test_uncompressed_chunks_are_read_straight_into_the_output(tmp_path, monkeyp
     os.remove(tmp_path / "u.zarr" / "v" / "c" / "2")  # a missing chunk reads as the fill value
     values[2 * CHUNK:3 * CHUNK] = 0
     calls = []
-    real = xarray_zarrmax.storage.sources.LocalSource.read_into
-    monkeypatch.setattr(xarray_zarrmax.storage.sources.LocalSource, "read_into",
+    real = xarray_zarrmax.storage.local.LocalSource.read_into
+    monkeypatch.setattr(xarray_zarrmax.storage.local.LocalSource, "read_into",
                         lambda self, key, out: calls.append(key) or real(self, key, out))
     ds = xr.open_dataset(tmp_path / "u.zarr", engine="zarrmax", consolidated=False, chunks={} if dask else None)
     with request_counts() as counts:
@@ -58,7 +58,7 @@ def test_uncompressed_chunks_are_read_straight_into_the_output(tmp_path, monkeyp
 
 def test_partial_chunk_reads_keep_the_buffered_path(tmp_path, monkeypatch):
     values = _write(tmp_path / "u.zarr", compressed=False)
-    monkeypatch.setattr(xarray_zarrmax.storage.sources.LocalSource, "read_into",
+    monkeypatch.setattr(xarray_zarrmax.storage.local.LocalSource, "read_into",
                         lambda *a: pytest.fail("a partial chunk must not be read into the output whole"))
     np.testing.assert_array_equal(_open(tmp_path / "u.zarr").v[10:CHUNK + 20].values, values[10:CHUNK + 20])
 
@@ -75,14 +75,14 @@ def test_uncompressed_chunk_of_the_wrong_size_is_an_error(tmp_path):
 def test_truncated_while_read_into_the_output_is_an_error(tmp_path, monkeypatch):
     _write(tmp_path / "u.zarr", compressed=False)
     chunk_file = tmp_path / "u.zarr" / "v" / "c" / "0"
-    real = xarray_zarrmax.storage.sources._pread_into
+    real = xarray_zarrmax.storage.local._pread_into
 
     def truncate_then_read(fd: int, buf: np.ndarray, offset: int) -> int:
         if os.fstat(fd).st_ino == chunk_file.stat().st_ino:  # the chunk, after its size was checked
             os.truncate(chunk_file, CHUNK)
         return real(fd, buf, offset)
 
-    monkeypatch.setattr(xarray_zarrmax.storage.sources, "_pread_into", truncate_then_read)
+    monkeypatch.setattr(xarray_zarrmax.storage.local, "_pread_into", truncate_then_read)
     with pytest.raises(CorruptDataError, match=r"key 'v/c/0' .* read 1000000 of 8000000 bytes; the file was "
                                                r"truncated while it was read"):
         _open(tmp_path / "u.zarr").v[:CHUNK].values
@@ -188,7 +188,7 @@ def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypa
     # in memory at once (512 MiB of fresh buffers for a 512 MiB array, 3x slower than reading and decoding
     # each in turn). Per thread, reads and decodes must alternate.
     from xarray_zarrmax.codecs.decode import ChunkCodec
-    from xarray_zarrmax.storage.sources import OpenedFile
+    from xarray_zarrmax.storage import OpenedFile
 
     values = _write(tmp_path / "c.zarr", compressed=True)
     events: list[tuple[int, str]] = []
@@ -220,7 +220,7 @@ def test_each_local_object_is_decoded_before_the_next_is_read(tmp_path, monkeypa
 
 def test_compressed_whole_chunks_skip_the_general_fetch(tmp_path, monkeypatch):
     # Whole unsharded chunks read locally go file -> buffer -> decode into the output, with no coroutine,
-    # budget or work item between (about a quarter of the CPU of a 0.8 MB-chunk read, docs/performance-analysis.md).
+    # budget or work item between (about a quarter of the CPU of a 0.8 MB-chunk read, docs/dev/performance-analysis.md).
     import xarray_zarrmax.read.fetch as fetch
 
     values = _write(tmp_path / "c.zarr", compressed=True)
@@ -239,7 +239,7 @@ def test_compressed_whole_chunks_skip_the_general_fetch(tmp_path, monkeypatch):
 @pytest.mark.parametrize("changes", [1, 3])
 def test_a_chunk_rewritten_while_read_is_read_again_then_refused(tmp_path, monkeypatch, changes, compressed):
     from xarray_zarrmax.errors import ObjectChanged
-    from xarray_zarrmax.storage.sources import OpenedFile
+    from xarray_zarrmax.storage import OpenedFile
 
     values = _write(tmp_path / "c.zarr", compressed=compressed)
     check, seen = OpenedFile.check_unchanged, []
@@ -277,7 +277,7 @@ def test_short_reads_are_continued(tmp_path, monkeypatch, compressed):
                 break
         return real(fd, views, offset)
 
-    monkeypatch.setattr(xarray_zarrmax.storage.sources.os, "preadv", short)
+    monkeypatch.setattr(xarray_zarrmax.storage.local.os, "preadv", short)
     np.testing.assert_array_equal(_open(tmp_path / "c.zarr").v.values, values)
     assert len(calls) > 4 * 8  # more than one call per chunk: each chunk came in pieces
 

@@ -15,11 +15,10 @@ from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
 import xarray_zarrmax.read.fetch as fetch
-from tests.backend.test_backend import assert_same_dataset
-from tests.properties.test_equivalence import _check
+from tests.support.compare import assert_same_dataset, assert_same_values
 from tests.support.strategies import any_selection, array_specs, write_array
 from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
-from xarray_zarrmax.storage.sources import OpenedFile
+from xarray_zarrmax.storage import OpenedFile
 
 
 @pytest.fixture
@@ -55,7 +54,7 @@ def test_any_array_reads_as_engine_zarr_reads_it(tmp_path_factory, tiny_pieces, 
     for _ in range(3):
         sel = data.draw(any_selection(spec.shape, spec.dims))
         for mine, theirs in pairs:
-            _check(mine["v"].isel(sel), theirs["v"].isel(sel))
+            assert_same_values(mine["v"].isel(sel), theirs["v"].isel(sel))
 
 
 def test_the_examples_above_stream(tmp_path, tiny_pieces, counted):
@@ -81,9 +80,9 @@ def _sharded(path: Path, version: int = 0) -> Path:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_shard_is_its_index_then_pieces_and_the_index_is_cached(tmp_path, monkeypatch, threads):
-    import xarray_zarrmax.storage.sources as stores
+    import xarray_zarrmax.storage.local as local
 
-    monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)  # files just written may be trusted across reads here
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)  # files just written may be trusted across reads here
     _pieces_of_four(monkeypatch)
     path = _sharded(tmp_path / "s.zarr")
     with xarray_zarrmax.set_config(threads=threads):

@@ -8,7 +8,7 @@ import xarray as xr
 import zarr
 
 from xarray_zarrmax import request_counts, set_config
-from xarray_zarrmax.storage import sources as stores
+from xarray_zarrmax.storage import local
 
 
 def write_sharded(store) -> None:
@@ -23,7 +23,7 @@ def target(request, tmp_path, monkeypatch):
     if request.param == "local":
         # Counts for settled data: files written milliseconds ago are not trusted across reads (the racy-file
         # rule, tested in test_coherence.py), so declare these settled.
-        monkeypatch.setattr(stores, "RACY_WINDOW_NS", 0)
+        monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
         write_sharded(str(tmp_path / "r.zarr"))
         return str(tmp_path / "r.zarr"), {}
     minio, bucket = request.getfixturevalue("minio"), request.getfixturevalue("bucket")

@@ -47,6 +47,8 @@ class Written:
 
 
 class StoreFactory:
+    """Makes fresh stores of one kind (one of ``STORE_KINDS``): ``new()`` gives a `Written` to fill."""
+
     def __init__(self, kind: str, tmp: Path, minio: Any = None, bucket: str | None = None) -> None:
         self.kind, self.tmp, self.minio, self.bucket = kind, tmp, minio, bucket
 

@@ -293,7 +293,7 @@ def test_options_the_search_cannot_use_are_refused_before_the_probe(tmp_path: Pa
 
 @pytest.mark.parametrize(("patterns", "accepted"), [({"map": True}, False), ({"map": np.float32(0.5)}, True)])
 def test_weights_are_real_numbers_not_booleans(patterns: dict[str, Any], accepted: bool) -> None:
-    from xarray_zarrmax.advise.advisor import parse_patterns
+    from xarray_zarrmax.advise import parse_patterns
 
     if accepted:
         assert parse_patterns(patterns) == patterns
