@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Smoke test of the asv suite in .venv (--python=same, nothing saved): `asv check`, then one quick run of
-# the open benchmark, of the read benchmark (local directory and MinIO, one layout, both engines) and of one
-# access-pattern operation (asv_bench/access_patterns.py --quick, one layout, both engines and stores).
+# Smoke test of the asv suite (asv_bench/benchmarks/) in .venv (--python=same, nothing saved): `asv check`, then
+# one quick run of the open benchmark, of the read benchmark (local directory and MinIO, one layout, both
+# engines) and of one access-pattern operation (the access-pattern table's --quick field, one layout, both
+# engines and stores). The suite imports the harness the table scripts share (asv_bench/shared/).
 # Exits non-zero when a benchmark fails, or skips for want of MinIO/toxiproxy (ZARRMAX_ASV_STRICT=1).
 # Usage (from anywhere): bash ci/asv_smoke.sh [extra asv run arguments]
 set -euo pipefail

@@ -1,11 +1,12 @@
-"""Seed 001's four operations (``asv_bench/access_patterns.py``) on its ``--quick`` field, per layout, engine
-and store: wall time of the operation after a fresh open, and the requests it sends.
+"""Seed 001's four operations (`asv_bench.shared.access`, the access-pattern table's) on its ``--quick`` field,
+per layout, engine and store: wall time of the operation after a fresh open, and the requests it sends.
 
 The field (96 x 73 x 144 float32, zstd) is written once per run in ``setup_cache`` in three layouts -- seed
 001's two extremes and small chunks in large shards -- to a local directory and to a MinIO data directory;
 MinIO is read through toxiproxy adding 20 ms to every response. asv runs ``setup`` before every sample, so
 each timed operation is a first access: the open happens in ``setup``, and zarrmax's shard index cache is keyed
-per open. The full study (every layout, the floor, the advisor's predictions) is the script itself.
+per open. The full study (every layout, the floor, the advisor's predictions) is the table script
+``asv_bench.tables.access_patterns``.
 """
 
 from __future__ import annotations
@@ -14,22 +15,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import helpers
-from .helpers import BUCKET, ENGINES, load_script
+from asv_bench.shared import access as ap
+
+from . import skip
+from .helpers import BUCKET, ENGINES, endpoint_with_latency, minio_on, writing_minio
 
 LAYOUTS = ["time-contiguous", "map-contiguous", "tiles in slab shards"]
-OPS = ["timeseries", "map", "region-mean", "map-mean"]
+OPS = list(ap.OPS)
 LATENCY_MS = 20
-_SCRIPT = Path(__file__).resolve().parent.parent / "access_patterns.py"
 
 
-def script() -> Any:
-    """``asv_bench/access_patterns.py`` as a module (its layouts, field, operations and writers)."""
-    return load_script("zarrmax_asv_access_patterns", _SCRIPT)
-
-
-def specs() -> dict[str, Any]:
-    ap = script()
+def specs() -> dict[str, ap.Spec]:
     return {s.name: s for s in ap.layouts(ap.QUICK_SHAPE) if s.name in LAYOUTS}
 
 
@@ -37,7 +33,6 @@ def write_access_data(_self: Any = None) -> dict[str, Any]:
     """``setup_cache``: the quick field in each layout, locally and (when MinIO is installed) in a bucket."""
     from xarray_zarrmax.testing import minio_binary
 
-    ap = script()
     root = Path.cwd().resolve() / "access-data"
     local = root / "local"
     local.mkdir(parents=True, exist_ok=True)
@@ -47,7 +42,7 @@ def write_access_data(_self: Any = None) -> dict[str, Any]:
     minio_root = None
     if minio_binary() is not None:
         minio_root = root / "minio"
-        with helpers.writing_minio(minio_root) as server:
+        with writing_minio(minio_root) as server:
             for spec in specs().values():
                 ap.upload(local / spec.key, server.obstore(BUCKET, spec.key))
     return {"local": str(local), "minio": None if minio_root is None else str(minio_root)}
@@ -62,17 +57,14 @@ class _Access:
     setup_cache = write_access_data
 
     def _store(self, cache: dict[str, Any], store: str) -> Any:
-        ap = script()
         if store == "local":
             return ap.Store("local", Path(cache["local"]))
         if cache["minio"] is None:
-            helpers.skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
-        server = helpers.minio_on(cache["minio"])
-        return ap.Store("minio", Path(cache["local"]), server, BUCKET,
-                        helpers.endpoint_with_latency(server, LATENCY_MS))
+            skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
+        server = minio_on(cache["minio"])
+        return ap.Store("minio", Path(cache["local"]), server, BUCKET, endpoint_with_latency(server, LATENCY_MS))
 
     def _op(self, name: str) -> Any:
-        ap = script()
         return next(op for op in ap.operations(ap.QUICK_SHAPE) if op.name == name)
 
 
@@ -110,7 +102,6 @@ class AccessRequests(_Access):
 
         import xarray_zarrmax
 
-        ap = script()
         operation = self._op(op)
         counts: Counter[str] = Counter()
         ds = self._store(cache, store).open(specs()[layout], engine, counts if engine == "zarr" else None)

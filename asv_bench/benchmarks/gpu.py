@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import helpers
-from .helpers import CUBE, ENGINES, SHARDED, WORKERS, ReadTarget
+from . import requires_gpu, skip
+from .helpers import CUBE, ENGINES, SHARDED, WORKERS, ReadTarget, _Read, median_time
 
 
 def zarrmax_takes_device() -> bool:
-    from xarray_zarrmax.backend.entrypoint import ZarrmaxBackendEntrypoint
+    from xarray_zarrmax.backend import ZarrmaxBackendEntrypoint
 
     return "device" in ZarrmaxBackendEntrypoint.open_dataset_parameters
 
@@ -38,25 +38,21 @@ def read_to_device(target: ReadTarget, device: str) -> Any:
     return out
 
 
-class ReadGPU:
+class ReadGPU(_Read):
     """Full read of a sharded array into GPU memory, local directory."""
 
     params = [ENGINES, ["cuda"], [SHARDED, CUBE]]
     param_names = ["engine", "device", "layout"]
-    timeout = 300
-    repeat = (2, 5, 10.0)
-    number = 1
-    setup_cache = helpers.write_read_data
 
     def setup(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> None:
-        helpers.require_gpu(nvcomp=engine == "zarrmax")
+        requires_gpu(nvcomp=engine == "zarrmax")
         if engine == "zarr":
             import zarr
 
             if not hasattr(zarr.config, "enable_gpu"):
-                helpers.skip("this zarr has no zarr.config.enable_gpu()", service=False)
+                skip("this zarr has no zarr.config.enable_gpu()", service=False)
         elif not zarrmax_takes_device():
-            helpers.skip("xarray_zarrmax at this commit has no device argument", service=False)
+            skip("xarray_zarrmax at this commit has no device argument", service=False)
         self.target = ReadTarget(cache, engine, layout, "local")
 
     def time_read_to_device(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> None:
@@ -64,6 +60,6 @@ class ReadGPU:
 
     def track_read_throughput_to_device(self, cache: dict[str, Any], engine: str, device: str, layout: str) -> float:
         """GB/s into device memory, median of 3 reads after a warm-up read."""
-        return self.target.nbytes / helpers.median_time(lambda: read_to_device(self.target, device)) / 1e9
+        return self.target.nbytes / median_time(lambda: read_to_device(self.target, device)) / 1e9
 
     track_read_throughput_to_device.unit = "GB/s"  # type: ignore[attr-defined]

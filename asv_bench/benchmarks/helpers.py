@@ -1,4 +1,5 @@
-"""Shared pieces of the asv suite: skips, loopback services, deterministic data, the engines' read calls.
+"""What only the asv suite needs: loopback services kept per benchmark process, data written once per run in
+``setup_cache``, and the engines' open and read calls on that data.
 
 asv runs ``setup_cache`` once per run in a process of its own, then every benchmark (and every parameter
 combination) in a fresh process whose working directory is the cache directory. So data is written once, in
@@ -13,90 +14,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import os
 import subprocess
-import sys
-import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-warnings.filterwarnings("ignore")
-os.environ.setdefault("ICECHUNK_LOG", "error")
+from asv_bench.shared import peers, read_layouts, timing
+
+from . import requires_minio, requires_toxiproxy, skip
 
 ENGINES = ["zarr", "zarrmax"]
 # Size of each array read by the read benchmarks. Results recorded at different sizes are not comparable:
 # change it for a whole machine's history, not between runs.
 MIB = int(os.environ.get("ZARRMAX_ASV_MIB", "64"))
-WORKERS = 16  # dask threads for both engines, as in asv_bench/throughput.py
+WORKERS = 16  # dask threads for both engines, as in the read table
 BUCKET = "bench"
 N_VARS = 273  # data variables of the open benchmarks' group (plus 4 coordinates)
 CUBE = "float32 cube, 4 MB chunks in 64 MB shards"
 SHARDED = "int64, 1 MB chunks in 64 MB shards"
-
-
-# -- skips -----------------------------------------------------------------------------------------------
-
-
-def strict() -> bool:
-    """``ZARRMAX_ASV_STRICT=1``: a missing MinIO, toxiproxy or distributed fails instead of skipping."""
-    return os.environ.get("ZARRMAX_ASV_STRICT", "") not in ("", "0")
-
-
-def skip(reason: str, *, service: bool = True) -> None:
-    """Skip the current benchmark the asv way (``NotImplementedError`` from setup)."""
-    if service and strict():
-        raise RuntimeError(f"{reason} (and ZARRMAX_ASV_STRICT is set)")
-    raise NotImplementedError(reason)
-
-
-def require_minio() -> str:
-    from xarray_zarrmax.testing import minio_binary
-
-    binary = minio_binary()
-    if binary is None:
-        skip("MinIO binary not found: run `bash ci/install_services.sh`")
-    assert binary is not None
-    return binary
-
-
-def require_toxiproxy() -> str:
-    from xarray_zarrmax.testing import toxiproxy_binaries
-
-    binaries = toxiproxy_binaries()
-    if binaries is None:
-        skip("toxiproxy binaries not found: run `bash ci/install_services.sh`")
-    assert binaries is not None
-    return binaries[0]
-
-
-def require_distributed() -> None:
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        skip("distributed is not installed (pip install .[distributed])")
-
-
-def require_gpu(*, nvcomp: bool = False) -> Any:
-    """cupy, when it imports and sees a CUDA device (and ``nvcomp``: nvidia-nvcomp imports); skips otherwise
-    (never fails, even when strict)."""
-    try:
-        import cupy
-    except Exception as e:  # ImportError, or a cupy built for another CUDA failing at import
-        skip(f"cupy is not importable ({type(e).__name__}: {e})", service=False)
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # no driver, no device
-        skip(f"no CUDA device ({type(e).__name__}: {e})", service=False)
-    if count < 1:
-        skip("no CUDA device", service=False)
-    if nvcomp:
-        try:
-            from nvidia import nvcomp as _  # noqa: F401
-        except Exception as e:
-            skip(f"nvidia-nvcomp is not importable ({type(e).__name__}: {e})", service=False)
-    return cupy
 
 
 # -- loopback services, one set per benchmark process ----------------------------------------------------
@@ -118,7 +55,7 @@ def _stop_with_parent(pid: int) -> None:
 def _start_minio(root: Path) -> Any:
     from xarray_zarrmax.testing import MinioServer
 
-    server = MinioServer(require_minio(), root=root).start()
+    server = MinioServer(requires_minio(), root=root).start()
     assert server.proc is not None
     _stop_with_parent(server.proc.pid)
     return server
@@ -152,7 +89,7 @@ def endpoint_with_latency(server: Any, latency_ms: int) -> str:
         from xarray_zarrmax.testing import Toxiproxy
 
         if not _toxiproxy:
-            proxy = Toxiproxy(require_toxiproxy()).start()
+            proxy = Toxiproxy(requires_toxiproxy()).start()
             assert proxy.proc is not None
             _stop_with_parent(proxy.proc.pid)
             _toxiproxy.append(proxy)
@@ -207,36 +144,11 @@ def writing_minio(root: Path) -> Iterator[Any]:
         server.stop()
 
 
-# -- the read layouts of asv_bench/throughput.py ---------------------------------------------------------
-
-_THROUGHPUT = Path(__file__).resolve().parent.parent / "throughput.py"
+# -- the read layouts of the read table ---------------------------------------------------------------------
 
 
-def peers() -> Any:
-    """``asv_bench/peers.py`` (every stack's full read, the raw and decode ceilings), as throughput.py loads it."""
-    throughput()
-    return sys.modules["peers"]
-
-
-def load_script(name: str, path: Path) -> Any:
-    """A script of asv_bench/ as a module, loaded once per process under ``name``."""
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-def throughput() -> Any:
-    """``asv_bench/throughput.py`` as a module (its ``Layout``, ``layouts``, ``write``, ``ceiling_*``)."""
-    return load_script("zarrmax_asv_throughput", _THROUGHPUT)
-
-
-def layouts() -> dict[str, Any]:
-    return {layout.name: layout for layout in throughput().layouts(MIB)}
+def layouts() -> dict[str, read_layouts.Layout]:
+    return {layout.name: layout for layout in read_layouts.layouts(MIB)}
 
 
 LAYOUTS = list(layouts())
@@ -252,20 +164,19 @@ def write_read_data(_self: Any = None) -> dict[str, Any]:
     directory and, when MinIO is available, to a bucket; returns where."""
     import zarr
 
-    tp = throughput()
+    from xarray_zarrmax.testing import minio_binary
+
     root = Path.cwd().resolve() / "read-data"
     local = root / "local"
     local.mkdir(parents=True, exist_ok=True)
     for name, layout in layouts().items():
-        tp.write(str(local / layout_key(name)), layout)
+        read_layouts.write(str(local / layout_key(name)), layout)
     minio_root = None
-    from xarray_zarrmax.testing import minio_binary
-
     if minio_binary() is not None:
         minio_root = root / "minio"
         with writing_minio(minio_root) as server:
             for name, layout in layouts().items():
-                tp.write(zarr.storage.ObjectStore(server.obstore(BUCKET, layout_key(name))), layout)
+                read_layouts.write(zarr.storage.ObjectStore(server.obstore(BUCKET, layout_key(name))), layout)
     os.sync()  # no writeback of what was just written competes with the timed reads
     return {"local": str(local), "minio": None if minio_root is None else str(minio_root), "mib": MIB}
 
@@ -273,23 +184,32 @@ def write_read_data(_self: Any = None) -> dict[str, Any]:
 write_read_data.timeout = 900  # type: ignore[attr-defined]  # asv reads a setup_cache's own timeout
 
 
-def write_open_data(_self: Any = None) -> dict[str, Any]:
-    """``setup_cache`` of the open benchmarks: the many-variable group, unconsolidated and consolidated, in a
-    MinIO bucket (``None`` when MinIO is missing: the benchmarks skip)."""
+def write_minio_pair(folder: str, names: tuple[str, str], write: Callable[[Any, bool], object]) -> dict[str, Any]:
+    """A group written by ``write(store, consolidated)`` unconsolidated and consolidated, under ``names``, in a
+    MinIO bucket under ``folder`` of the cache directory: where, for the open benchmarks' ``setup_cache``
+    (``{"minio": None}`` without MinIO: the benchmarks skip)."""
     import zarr
 
-    from xarray_zarrmax.testing import minio_binary, write_many_variable_group
+    from xarray_zarrmax.testing import minio_binary
 
     if minio_binary() is None:
         return {"minio": None}
-    root = Path.cwd().resolve() / "open-data" / "minio"
+    root = Path.cwd().resolve() / folder / "minio"
     prefixes = {}
     with writing_minio(root) as server:
         for consolidated in (False, True):
-            prefix = prefixes[consolidated] = "era5-consolidated.zarr" if consolidated else "era5.zarr"
-            write_many_variable_group(zarr.storage.ObjectStore(server.obstore(BUCKET, prefix)), N_VARS,
-                                      consolidated=consolidated)
+            prefix = prefixes[consolidated] = names[consolidated]
+            write(zarr.storage.ObjectStore(server.obstore(BUCKET, prefix)), consolidated)
     return {"minio": str(root), "prefixes": prefixes}
+
+
+def write_open_data(_self: Any = None) -> dict[str, Any]:
+    """``setup_cache`` of the open benchmarks: the many-variable group, unconsolidated and consolidated."""
+    from xarray_zarrmax.testing import write_many_variable_group
+
+    return write_minio_pair("open-data", ("era5.zarr", "era5-consolidated.zarr"),
+                            lambda store, consolidated: write_many_variable_group(store, N_VARS,
+                                                                                  consolidated=consolidated))
 
 
 write_open_data.timeout = 300  # type: ignore[attr-defined]
@@ -316,7 +236,7 @@ class ReadTarget:
         if store == "local":
             path = Path(cache["local"]) / key
             self.target: Callable[[], Any] = lambda: str(path)
-            self.where = peers().Where(path=str(path))
+            self.where = peers.Where(path=str(path))
         elif store == "minio":
             if cache["minio"] is None:
                 skip("MinIO binary not found when setup_cache ran: run `bash ci/install_services.sh`")
@@ -326,12 +246,12 @@ class ReadTarget:
             else:
                 self.target = lambda: f"s3://{BUCKET}/{key}"
                 self.kwargs = {"storage_options": server.storage_options()}
-            self.where = peers().Where(bucket=BUCKET, prefix=key, endpoint=server.endpoint, key_id=ACCESS_KEY,
-                                       secret=SECRET_KEY)
+            self.where = peers.Where(bucket=BUCKET, prefix=key, endpoint=server.endpoint, key_id=ACCESS_KEY,
+                                     secret=SECRET_KEY)
         else:
             raise ValueError(f"store must be 'local' or 'minio'. Got {store!r} instead.")
-        keys = peers().stored_keys(self.where)
-        self.ceiling: Callable[[], int] = lambda: peers().raw_read(self.where, keys, get_config().concurrency)
+        keys = peers.stored_keys(self.where)
+        self.ceiling: Callable[[], int] = lambda: peers.raw_read(self.where, keys, get_config().concurrency)
 
     @property
     def nbytes(self) -> int:
@@ -344,11 +264,75 @@ class ReadTarget:
         return xr.open_dataset(self.target(), engine=self.engine, chunks={}, **extra, **self.kwargs, **kwargs)
 
     def read(self) -> int:
-        """Open and read the whole array (``.values``) on the threaded scheduler: throughput.py's read."""
-        return int(throughput().read_engine(self.target(), self.engine, WORKERS, **self.kwargs))
+        """Open and read the whole array (``.values``) on the threaded scheduler: the read table's read."""
+        return int(peers.read_engine(self.target(), self.engine, WORKERS, **self.kwargs))
 
 
 def median_time(fn: Callable[[], Any], repeat: int = 3) -> float:
-    """Median wall time of ``repeat`` calls after one warm-up call (asv_bench/benchutil.py's, shared with
-    the benchmark scripts)."""
-    return float(throughput().median_time(fn, repeat))
+    """Median wall time of ``repeat`` calls after one warm-up call (the table scripts' `timing.median_time`)."""
+    return float(timing.median_time(fn, repeat))
+
+
+# -- what several benchmark classes share (a leading underscore: asv does not take them for benchmarks) --------
+
+
+class _Read:
+    """A full read of each layout written by `write_read_data`: a few samples, one read each."""
+
+    timeout = 300
+    repeat = (2, 5, 10.0)
+    number = 1
+    setup_cache = write_read_data
+
+
+class _Open:
+    """Wall time of one open of ``setup_cache``'s group with ``xr.<open_with>(..., chunks={})``; ``check`` is
+    called on the first open of each process (asv reruns setup before every sample)."""
+
+    open_with = "open_dataset"
+    params = [ENGINES, [False, True], [0, 20]]
+    param_names = ["engine", "consolidated", "latency_ms"]
+    timeout = 300
+    repeat = (3, 10, 10.0)
+    number = 1
+    _warm: set[tuple[Any, ...]] = set()
+
+    def check(self, opened: Any) -> None:
+        raise NotImplementedError
+
+    def setup(self, cache: dict[str, Any], engine: str, consolidated: bool, latency_ms: int) -> None:
+        self.open = minio_opener(cache, engine, consolidated, self.open_with, latency_ms)
+        key = (self.open_with, engine, consolidated, latency_ms)
+        if key not in self._warm:  # once per process: imports, entrypoints, connections
+            self.check(self.open())
+            self._warm.add(key)
+
+
+class _OpenRequests:
+    """Requests (GET + LIST + HEAD) one open of ``setup_cache``'s group sends. engine="zarrmax" counts with
+    ``xarray_zarrmax.request_counts()``, engine="zarr" through a counting wrapper around its store."""
+
+    open_with = "open_dataset"
+    params = [ENGINES, [False, True]]
+    param_names = ["engine", "consolidated"]
+    timeout = 120
+    unit = "requests"
+
+    def check(self, opened: Any) -> None:
+        raise NotImplementedError
+
+    def setup(self, cache: dict[str, Any], engine: str, consolidated: bool) -> None:
+        self.counts: Counter[str] = Counter()
+        self.open = minio_opener(cache, engine, consolidated, self.open_with, 0,
+                                 counts=self.counts if engine == "zarr" else None)
+
+    def requests(self, engine: str) -> int:
+        import xarray_zarrmax
+
+        self.counts.clear()
+        if engine == "zarrmax":
+            with xarray_zarrmax.request_counts() as c:
+                self.check(self.open())
+            return c.total("get") + c.total("list") + c.total("head")
+        self.check(self.open())
+        return self.counts["get"] + self.counts["list"] + self.counts["head"]

@@ -1,4 +1,4 @@
-"""Full reads of the layouts of ``asv_bench/throughput.py``, from a local directory and from MinIO.
+"""Full reads of seed 000's layouts (`asv_bench.shared.read_layouts`), from a local directory and from MinIO.
 
 Each array is ``ZARRMAX_ASV_MIB`` MiB (default 64), written once per run in ``setup_cache``. A read is
 ``xr.open_dataset(..., chunks={})`` then ``ds["v"].values`` on dask's threaded scheduler with 16 threads, for
@@ -15,19 +15,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import helpers
-from .helpers import ENGINES, LAYOUTS, SHARDED, ReadTarget
+from asv_bench.shared import peers
+
+from . import requires_distributed, skip
+from .helpers import ENGINES, LAYOUTS, SHARDED, ReadTarget, _Read, median_time, write_read_data
 
 
-class ReadThroughput:
+class ReadThroughput(_Read):
     """Full read of one array per layout and store."""
 
     params = [ENGINES, LAYOUTS, ["local", "minio"]]
     param_names = ["engine", "layout", "store"]
-    timeout = 300
-    repeat = (2, 5, 10.0)
-    number = 1
-    setup_cache = helpers.write_read_data
 
     def setup(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
         self.target = ReadTarget(cache, engine, layout, store)
@@ -40,34 +38,30 @@ class ReadThroughput:
 
     def track_read_throughput(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> float:
         """GB/s of decoded output, median of 3 reads after a warm-up read."""
-        return self.target.nbytes / helpers.median_time(self.target.read) / 1e9
+        return self.target.nbytes / median_time(self.target.read) / 1e9
 
     track_read_throughput.unit = "GB/s"  # type: ignore[attr-defined]
 
     def track_ratio_to_ceiling(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> float:
         """Raw-ceiling time / engine time for the same stored objects (1.0: as fast as reading the bytes);
         medians after a warm-up each, the ceiling (often a few ms from the page cache) over more calls."""
-        t_ceiling = helpers.median_time(self.target.ceiling, repeat=7)
-        t_engine = helpers.median_time(self.target.read, repeat=3)
+        t_ceiling = median_time(self.target.ceiling, repeat=7)
+        t_engine = median_time(self.target.read, repeat=3)
         return t_ceiling / t_engine
 
     track_ratio_to_ceiling.unit = "ratio"  # type: ignore[attr-defined]
 
 
-class ReadDistributed:
+class ReadDistributed(_Read):
     """Full read with a ``distributed`` LocalCluster (2 worker processes, 2 threads each) as the scheduler:
     the tasks, their store handles and the decoded chunks cross process boundaries."""
 
     params = [ENGINES, [SHARDED], ["local", "minio"]]
     param_names = ["engine", "layout", "store"]
-    timeout = 300
-    repeat = (2, 5, 10.0)
-    number = 1
-    setup_cache = helpers.write_read_data
     _client: list[Any] = []
 
     def setup(self, cache: dict[str, Any], engine: str, layout: str, store: str) -> None:
-        helpers.require_distributed()
+        requires_distributed()
         self.target = ReadTarget(cache, engine, layout, store)
         if not self._client:  # one cluster per process (asv reruns setup before every sample)
             import atexit
@@ -93,21 +87,16 @@ class ReadDistributed:
         assert out.nbytes == self.target.nbytes
 
 
-class ReadPeers:
+class ReadPeers(_Read):
     """The same full read by every peer (zarr-python tuned, with the zarrs pipeline, with its FusedCodecPipeline;
-    TensorStore), by zarrmax with dask reduced block by block, and the decode ceiling: ``asv_bench/peers.py``,
-    the readers of ``asv_bench/throughput.py``. A peer that is not installed is skipped (``.[bench]``)."""
+    TensorStore), by zarrmax with dask reduced block by block, and the decode ceiling: the readers of the read
+    table (`asv_bench.shared.peers`). A peer that is not installed is skipped (``.[bench]``)."""
 
     params = [["zarr_tuned", "zarrs", "zarr_fused", "tensorstore", "zarrmax_dask_blocks", "decode_ceiling"],
               LAYOUTS, ["local", "minio"]]
     param_names = ["stack", "layout", "store"]
-    timeout = 300
-    repeat = (2, 5, 10.0)
-    number = 1
-    setup_cache = helpers.write_read_data
 
     def setup(self, cache: dict[str, Any], stack: str, layout: str, store: str) -> None:
-        peers = helpers.peers()
         where = ReadTarget(cache, "zarrmax", layout, store).where
         if stack == "decode_ceiling":
             import numcodecs
@@ -124,7 +113,7 @@ class ReadPeers:
         try:
             self.run()
         except peers.Missing as why:
-            helpers.skip(str(why), service=False)
+            skip(str(why), service=False)
 
     def time_read(self, cache: dict[str, Any], stack: str, layout: str, store: str) -> None:
         self.run()
@@ -133,18 +122,18 @@ class ReadPeers:
 class ReadPeakMemory:
     """Peak resident memory of a fresh process that reads the whole array once (local directory), minus its
     resident memory before the read (interpreter, imports): what the read itself costs, where ``peakmem_read``
-    is the whole benchmark process. Uses ``peak_memory`` of ``asv_bench/throughput.py`` (VmHWM, Linux)."""
+    is the whole benchmark process. Uses the read table's `peers.peak_memory` (VmHWM, Linux)."""
 
     params = [ENGINES, LAYOUTS]
     param_names = ["engine", "layout"]
     timeout = 180
     unit = "bytes"
-    setup_cache = helpers.write_read_data
+    setup_cache = write_read_data
 
     def setup(self, cache: dict[str, Any], engine: str, layout: str) -> None:
-        if not hasattr(helpers.throughput(), "peak_memory") or not os.path.exists("/proc/self/status"):
-            helpers.skip("needs asv_bench/throughput.py's peak_memory and /proc (Linux)", service=False)
+        if not os.path.exists("/proc/self/status"):
+            skip("needs /proc (Linux)", service=False)
         self.target = ReadTarget(cache, engine, layout, "local")
 
     def track_read_peak_memory(self, cache: dict[str, Any], engine: str, layout: str) -> int:
-        return int(helpers.throughput().peak_memory(self.target.target(), engine, True, {}))
+        return int(peers.peak_memory(self.target.target(), engine, True, {}))

@@ -1,5 +1,6 @@
 """Writes of many small objects on MinIO behind toxiproxy (+20 ms each way by default), where round trips,
-not bytes, set the time: a new array from memory and from dask, and appends. Per write, medians, interleaved:
+not bytes, set the time: a new array from memory and from dask, and appends (`asv_bench.shared.writes.CASES`).
+Per write, medians, interleaved:
 
 - ``raw PUTs``: the data objects that zarrmax's write stored, sent again by obstore all at once (up to
   ``config.concurrency`` in flight) to a fresh prefix: the floor for the data, without metadata;
@@ -11,7 +12,7 @@ not bytes, set the time: a new array from memory and from dask, and appends. Per
 Values are checked after every write, by engine="zarrmax" (and engine="zarr" for Dataset.to_zarr's). Data
 requests (keys with ``/c/``) of zarrmax's last write of each case are listed.
 
-    .venv/bin/python asv_bench/writes_under_latency.py [--repeat 5] [--latency-ms 20]
+    .venv/bin/python -m asv_bench.tables.writes_under_latency [--repeat 5] [--latency-ms 20]
 """
 
 from __future__ import annotations
@@ -19,42 +20,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import statistics
-import sys
 import time
-import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutil import proxied_minio  # noqa: E402
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.writes import CASES, NAMES, Case, timed_write
 
-
-@dataclass(frozen=True)
-class Case:
-    title: str
-    shape: tuple[int, ...]  # of the first write
-    layout: dict[str, Any]
-    appended: int = 0  # rows appended along the first dimension (0: the first write is what is timed)
-    dask: bool = False  # the timed write's data as dask, one chunk per object
-
-
-CASES = [
-    Case("new (2, 721, 1440) f4 in chunks (1, 100, 100), from memory", (2, 721, 1440), {"chunks": (1, 100, 100)}),
-    Case("new (2, 721, 1440) f4 in chunks (1, 100, 100), dask chunks = chunks", (2, 721, 1440),
-         {"chunks": (1, 100, 100)}, dask=True),
-    Case("append 16 to 1-D, chunks 2 in shards of 8 (last shard new)", (96,), {"chunks": (2,), "shards": (8,)}, 16),
-    Case("append 50 steps to (t, 37) in chunks (1, 64)", (20, 37), {"chunks": (1, 64)}, 50),
-    Case("append 16 to (t, 45, 90), chunks (1, 10, 20) in shards (4, 40, 40)", (8, 45, 90),
-         {"chunks": (1, 10, 20), "shards": (4, 40, 40)}, 16),
-]
 STACKS = ("raw PUTs", "Dataset.to_zarr", "zarrmax", "zarrmax, one task per object, read first")
-_names = itertools.count()
 
 
 @contextlib.contextmanager
@@ -76,14 +52,6 @@ def as_before() -> Iterator[None]:
         write.ArrayTarget.likely_new, write.per_group, write_plan.per_group = saved  # type: ignore[method-assign]
 
 
-def dataset(shape: tuple[int, ...], start: int) -> Any:
-    import xarray as xr
-
-    row = int(np.prod(shape[1:]))
-    values = np.arange(start * row, (start + shape[0]) * row, dtype="f4").reshape(shape)
-    return xr.Dataset({"v": (tuple(f"d{i}" for i in range(len(shape))), values)})
-
-
 class Target:
     def __init__(self, minio: Any, endpoint: str) -> None:
         self.minio, self.endpoint = minio, endpoint
@@ -97,7 +65,7 @@ class Target:
 
         from xarray_zarrmax import get_config
 
-        store = self.obstore(f"raw{next(_names)}")
+        store = self.obstore(f"raw{next(NAMES)}")
         limit = asyncio.Semaphore(get_config().concurrency)
 
         async def one(key: str, data: bytes) -> None:
@@ -121,8 +89,8 @@ def one_write(stack: str, case: Case, target: Target, first: Any, timed: Any, ex
 
     if stack == "raw PUTs":
         return target.raw_puts(objects), {}
-    name = f"w{next(_names)}.zarr"
-    append = {"append_dim": "d0"} if case.appended else {}
+    name = f"w{next(NAMES)}.zarr"
+    append: dict[str, Any] = {"append_dim": "d0"} if case.appended else {}
     if stack == "Dataset.to_zarr":
         store = ObjectStore(target.obstore(name))
         if case.appended:
@@ -137,7 +105,7 @@ def one_write(stack: str, case: Case, target: Target, first: Any, timed: Any, ex
         url = f"s3://latency/{name}"
         if case.appended:
             zm.to_zarr(first, url, encoding={"v": case.layout}, consolidated=False, **target.options)
-        kwargs = {} if case.appended else {"encoding": {"v": case.layout}}
+        kwargs: dict[str, Any] = {} if case.appended else {"encoding": {"v": case.layout}}
         with contextlib.ExitStack() as stack_:
             if stack != "zarrmax":
                 stack_.enter_context(as_before())
@@ -160,15 +128,8 @@ def one_write(stack: str, case: Case, target: Target, first: Any, timed: Any, ex
 
 
 def run_case(case: Case, target: Target, repeat: int) -> dict[str, Any]:
-    first = dataset(case.shape, 0)
-    if case.appended:
-        timed = dataset((case.appended, *case.shape[1:]), case.shape[0])
-        expected = np.concatenate([first["v"].values, timed["v"].values])
-    else:
-        timed, expected = first, first["v"].values
-    if case.dask:
-        chunks = case.layout.get("shards") or case.layout["chunks"]
-        timed = timed.chunk(dict(zip(timed["v"].dims, chunks, strict=True)))
+    first, timed, _ = timed_write(case)
+    expected = np.concatenate([first["v"].values, timed["v"].values]) if case.appended else first["v"].values
     objects: dict[str, bytes] = {}
     one_write("zarrmax", case, target, first, timed, expected, objects)  # warm-up; the objects raw PUTs send
     times: dict[str, list[float]] = {s: [] for s in STACKS}
@@ -182,33 +143,29 @@ def run_case(case: Case, target: Target, repeat: int) -> dict[str, Any]:
             "objects": len(objects)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, repeat=5, latency_ms=20)
+
+
+def run(session: Session) -> int:
     import dask
 
-    warnings.filterwarnings("ignore")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--latency-ms", type=int, default=20)
-    args = parser.parse_args(argv)
-    with proxied_minio(args.latency_ms) as services:
-        if services is None:
-            return 2
-        minio, endpoint = services
-        minio.make_bucket("latency")
-        target = Target(minio, endpoint)
-        threads = dask.config.get("num_workers", None) or dask.system.CPU_COUNT
-        print(f"MinIO behind toxiproxy +{args.latency_ms} ms, dask's threaded scheduler with {threads} threads, "
-              f"medians of {args.repeat}, seconds (ratio: the stack's time over zarrmax's); zarrmax's data "
-              "requests per write\n")
-        print("| write | objects written | " + " | ".join(STACKS) + " | zarrmax's requests | before: requests |")
-        print("| --- | --- | " + " | ".join("---" for _ in STACKS) + " | --- | --- |")
-        for case in CASES:
-            result = run_case(case, target, args.repeat)
-            med, req = result["median"], result["requests"]
-            cells = [f"{med[s]:.3f}" + ("" if s == "zarrmax" else f" ({med[s] / med['zarrmax']:.2f}x)")
-                     for s in STACKS]
-            print(f"| {case.title} | {result['objects']} | " + " | ".join(cells)
-                  + f" | {_requests(req['zarrmax'])} | {_requests(req[STACKS[-1]])} |", flush=True)
+    args = session.args
+    minio, endpoint = session.minio("latency")
+    target = Target(minio, endpoint)
+    threads = dask.config.get("num_workers", None) or dask.system.CPU_COUNT
+    print(f"MinIO behind toxiproxy +{args.latency_ms} ms, dask's threaded scheduler with {threads} threads, "
+          f"medians of {args.repeat}, seconds (ratio: the stack's time over zarrmax's); zarrmax's data "
+          "requests per write\n")
+    print("| write | objects written | " + " | ".join(STACKS) + " | zarrmax's requests | before: requests |")
+    print("| --- | --- | " + " | ".join("---" for _ in STACKS) + " | --- | --- |")
+    for case in CASES:
+        result = run_case(case, target, args.repeat)
+        med, req = result["median"], result["requests"]
+        cells = [f"{med[s]:.3f}" + ("" if s == "zarrmax" else f" ({med[s] / med['zarrmax']:.2f}x)")
+                 for s in STACKS]
+        print(f"| {case.title} | {result['objects']} | " + " | ".join(cells)
+              + f" | {_requests(req['zarrmax'])} | {_requests(req[STACKS[-1]])} |", flush=True)
     return 0
 
 
@@ -216,5 +173,7 @@ def _requests(kinds: dict[str, int]) -> str:
     return " + ".join(f"{n} {k.upper()}" for k, n in sorted(kinds.items())) or "none"
 
 
+TABLE = Table(__doc__ or "", run, flags, services="proxied")
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(execute(TABLE))

@@ -1,7 +1,7 @@
 """Decode speed of every zstd (and blosc) decoder installed, per core and on all cores, on the chunks of the
 throughput benchmark's layouts: the decode ceiling per codec.
 
-    .venv/bin/python asv_bench/decoders.py [--mib 64] [--repeat 5] [--json out.json]
+    .venv/bin/python -m asv_bench.tables.decoders [--mib 64] [--repeat 5] [--json out.json]
 
 Each chunk is compressed once as zarr writes it (zstd level 1; blosc: zstd level 1 with byte shuffle), then
 every decoder decodes all chunks: on one thread (GB/s per core), and on a thread per core (each a contiguous
@@ -14,20 +14,18 @@ Values are checked against the data. Medians of ``--repeat``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from benchutil import median_time  # noqa: E402
-from throughput import Layout  # noqa: E402
+from asv_bench.shared.read_layouts import Layout, layouts
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import median_time
 
 CORES = os.cpu_count() or 1
 Decoder = Callable[[bytes, np.ndarray], None]
@@ -45,7 +43,7 @@ def zstd_decoders() -> dict[str, tuple[Decoder, bool]]:
     codec = numcodecs.Zstd()
     found["numcodecs.Zstd"] = (lambda raw, out: codec.decode(raw, out=out), True)
 
-    from xarray_zarrmax.codecs.decode import ChunkCodec
+    from xarray_zarrmax.codecs import ChunkCodec
 
     codecs: dict[tuple[Any, ...], ChunkCodec] = {}
 
@@ -175,17 +173,15 @@ def _row(r: dict[str, Any]) -> str:
             f"| {r['one_thread_gbps']:.2f} | {r['all_cores_gbps']:.2f} | {r['scaling']:.2f}x |")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from throughput import layouts
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, mib=64, mib_help="decoded bytes per layout (MiB)", repeat=5, json_file=True)
 
-    parser = argparse.ArgumentParser(description="decode ceiling per decoder")
-    parser.add_argument("--mib", type=int, default=64, help="decoded bytes per layout (MiB)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--json")
-    args = parser.parse_args(argv)
+
+def run(session: Session) -> int:
+    args = session.args
     chosen = [lay for lay in layouts(512) if lay.shards is not None or lay.chunks == (375_000,)]
     cube = chosen[-1]
-    # Small chunks, as in the access-pattern layouts (docs/access_patterns.md): per-call costs show here.
+    # Small chunks, as in the access-pattern layouts (docs/dev/logs/access_patterns.md): per-call costs show here.
     chosen.append(Layout("float32 cube, 15 KB chunks", cube.shape, "f4", (4, 32, 30), None, smooth=True))
     rows = [r for lay in chosen for r in run_layout(lay, args.mib, args.repeat)]
     print(f"\nDecode of {args.mib} MiB of each layout's chunks, median of {args.repeat}; GB/s of decoded output; "
@@ -195,10 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(_row(r))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "cores": CORES, "rows": rows}, f, indent=1)
+        session.save_json(args.json, {"cores": CORES, "rows": rows})
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

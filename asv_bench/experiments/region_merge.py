@@ -3,32 +3,33 @@ write it back) against writing the whole shard and against reading it, on local 
 element written into a shard of 16,384 inner chunks of 2 x 2, by zarrmax and by ``Dataset.to_zarr``
 (zarr-python's partial shard write), alternating.
 
-    .venv/bin/python asv_bench/region_merge.py [--repeat 7] [--dir /tmp]
+    .venv/bin/python -m asv_bench.experiments.region_merge [--repeat 7] [--dir /tmp]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
+from asv_bench.shared.runner import Session, Table, add_flags, execute
 
-def main(argv: list[str] | None = None) -> int:
+
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, repeat=7)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+
+
+def run(session: Session) -> int:
     import xarray as xr
 
     import xarray_zarrmax as zm
 
-    warnings.filterwarnings("ignore")
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
-    args = parser.parse_args(argv)
+    args = session.args
     rng = np.random.default_rng(0)
     values = (rng.normal(size=(64, 512, 512)).astype("f4") * 100).round() / 100  # compressible, as data is
     ds = xr.Dataset({"v": (("t", "y", "x"), values)})
@@ -86,5 +87,7 @@ def many_chunks(tmp: Path, repeat: int) -> None:
           f"{theirs * 1e3:.1f} ms ({theirs / ours:.2f}x)")
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(execute(TABLE))

@@ -3,7 +3,7 @@ decoder alone on the chunks the operation touches.
 
 `reader_requests` derives, from the stored files, every request zarrmax's reader sends for an operation with a
 cold index cache, in the order it sends them (`fetch._fetch_object_once` remotely, `fetch._read_local_shard`
-and the whole-object paths locally). access_patterns.py checks the derivation against the reader's counted
+and the whole-object paths locally). The access-pattern table checks the derivation against the reader's counted
 requests and bytes on every cell, then times `replay_remote` / `replay_local` (those requests and nothing else:
 no plan, no decode, no placement) and `decode_alone` (our decoder on the touched chunks' compressed bytes,
 already in memory), interleaved with the reads. ``replay + decode`` is "read then decode", the bound for a reader
@@ -81,16 +81,18 @@ def _whole(size: int, local: bool, split: int) -> tuple[tuple[tuple[int, int], .
 
 def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | None, reads: Sequence[Any], *,
                     local: bool, itemsize: int = 4) -> Needed:
-    """The reader's requests, under the settings in force (`get_config`), for ``reads`` (`layout.plan_reads`'s
+    """The reader's requests, under the settings in force (`get_config`), for ``reads`` (`core.geometry.plan_reads`'s
     objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys; shard indexes read
-    with the reader's own `shard.parse_index`, wherever they are stored and however encoded). Locally a touched
-    shard whose chunks decode to `fetch.STREAM_BYTES` or more is read in pieces
+    with the reader's own `codecs.parse_index`, wherever they are stored and however encoded). Locally a touched
+    shard whose chunks decode to `tuning.STREAM_BYTES` or more is read in pieces
     (`fetch._pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
     neither touched nor fetched; every touched object must be stored."""
     from xarray_zarrmax import get_config
-    from xarray_zarrmax.codecs.sharding import EMPTY, parse_index
+    from xarray_zarrmax.codecs import parse_index
+    from xarray_zarrmax.codecs.sharding import EMPTY
     from xarray_zarrmax.core.geometry import coalesce
-    from xarray_zarrmax.read.fetch import PIECE_BYTES, STREAM_BYTES, _pieces
+    from xarray_zarrmax.read.fetch import _pieces
+    from xarray_zarrmax.tuning import PIECE_BYTES, STREAM_BYTES
 
     fmt = _shard_format(root, shards) if shards is not None else None
     config = get_config()
@@ -135,7 +137,7 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
 
 
 def _shard_format(root: Path, shards: Sequence[int]) -> Any:
-    """The stored array's `shard.ShardFormat`, parsed by the reader's own `shard.plan_shard_format`."""
+    """The stored array's `codecs.ShardFormat`, parsed by the reader's own `codecs.sharding.plan_shard_format`."""
     import json
 
     from xarray_zarrmax.codecs.sharding import plan_shard_format
@@ -176,8 +178,8 @@ def _batches(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
 
 
 def _jobs(needed: Needed, threads: int) -> int:
-    """The reader's split of local work (`fetch._local_jobs`): one job below `fetch.JOB_BYTES` decoded."""
-    from xarray_zarrmax.read.fetch import JOB_BYTES
+    """The reader's split of local work (`fetch._local_jobs`): one job below `tuning.JOB_BYTES` decoded."""
+    from xarray_zarrmax.tuning import JOB_BYTES
 
     decoded = needed.chunk_nbytes * len(needed.chunks)
     return 1 if threads <= 1 or decoded < JOB_BYTES else threads
@@ -237,9 +239,9 @@ def load_frames(root: Path, needed: Needed) -> list[bytes]:
 
 
 def decode_alone(frames: Sequence[bytes], needed: Needed, pool: ThreadPoolExecutor, threads: int) -> float:
-    """Seconds for our decoder (`decode.ChunkCodec`, zstd) to decode ``frames`` into a chunk-sized buffer per
+    """Seconds for our decoder (`codecs.ChunkCodec`, zstd) to decode ``frames`` into a chunk-sized buffer per
     thread, on as many threads as the reader would use for them."""
-    from xarray_zarrmax.codecs.decode import ChunkCodec
+    from xarray_zarrmax.codecs import ChunkCodec
 
     codec = ChunkCodec((needed.chunk_nbytes,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
 

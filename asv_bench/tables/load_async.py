@@ -1,6 +1,6 @@
 """``Dataset.load_async()`` of many variables on MinIO behind a latency proxy: engine="zarr" against zarrmax.
 
-    .venv/bin/python asv_bench/load_async.py [--variables 40] [--latency-ms 20] [--repeat 5]
+    .venv/bin/python -m asv_bench.tables.load_async [--variables 40] [--latency-ms 20] [--repeat 5]
 
 A v3 group of ``--variables`` float32 variables (time, lat, lon), each 4 shards of 8 chunks, zstd, written to
 MinIO; every read goes through toxiproxy adding ``--latency-ms`` to each response. For each engine, in the
@@ -14,18 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
-import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutil import proxied_minio  # noqa: E402
-
-warnings.filterwarnings("ignore")
+from asv_bench.shared.runner import Session, Table, add_flags, execute
 
 
 def write(store: Any, n_vars: int) -> int:
@@ -72,39 +66,36 @@ def raw_gets(store: Any, concurrency: int) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variables", type=int, default=40)
+    add_flags(parser, latency_ms=20, repeat=5)
+
+
+def run(session: Session) -> int:
     import zarr
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variables", type=int, default=40)
-    parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
-    with proxied_minio(args.latency_ms) as services:
-        if services is None:
-            return 2
-        minio, endpoint = services
-        minio.make_bucket("loadasync")
-        nbytes = write(zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr")), args.variables)
-        zarr_store = zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr", endpoint), read_only=True)
-        targets = {
-            "zarr": (zarr_store, {"consolidated": False}, "zarr"),
-            "zarrmax": ("s3://loadasync/g.zarr", {"storage_options": minio.storage_options(endpoint)}, "zarrmax"),
-        }
-        times: dict[tuple[str, bool], list[float]] = {(e, a): [] for e in targets for a in (True, False)}
-        for (engine, use_async) in times:
-            load(*targets[engine], use_async=use_async)  # warm-up: imports, connections
-        from xarray_zarrmax import get_config
+    from xarray_zarrmax import get_config
 
-        proxied = minio.obstore("loadasync", "g.zarr", endpoint)
-        raw_gets(proxied, get_config().concurrency)  # warm-up
-        ceiling: list[float] = []
-        for _ in range(args.repeat):  # engines, modes and the raw GETs interleaved
-            ceiling.append(raw_gets(proxied, get_config().concurrency))
-            for (engine, use_async), runs in times.items():
-                runs.append(load(*targets[engine], use_async=use_async))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        raw = statistics.median(ceiling)
+    args = session.args
+    minio, endpoint = session.minio("loadasync")
+    nbytes = write(zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr")), args.variables)
+    zarr_store = zarr.storage.ObjectStore(minio.obstore("loadasync", "g.zarr", endpoint), read_only=True)
+    targets = {
+        "zarr": (zarr_store, {"consolidated": False}, "zarr"),
+        "zarrmax": ("s3://loadasync/g.zarr", {"storage_options": minio.storage_options(endpoint)}, "zarrmax"),
+    }
+    times: dict[tuple[str, bool], list[float]] = {(e, a): [] for e in targets for a in (True, False)}
+    for (engine, use_async) in times:
+        load(*targets[engine], use_async=use_async)  # warm-up: imports, connections
+    proxied = minio.obstore("loadasync", "g.zarr", endpoint)
+    raw_gets(proxied, get_config().concurrency)  # warm-up
+    ceiling: list[float] = []
+    for _ in range(args.repeat):  # engines, modes and the raw GETs interleaved
+        ceiling.append(raw_gets(proxied, get_config().concurrency))
+        for (engine, use_async), runs in times.items():
+            runs.append(load(*targets[engine], use_async=use_async))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    raw = statistics.median(ceiling)
     # Every shard object is one GET: with all of them in flight at once, a load takes one proxied round trip per
     # wave of `concurrency` requests, and nothing less.
     objects = 4 * args.variables
@@ -124,5 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags, services="proxied")
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

@@ -1,9 +1,11 @@
-"""One full read of a Zarr v3 array by each stack the throughput benchmark compares, from one description of
-where the array is (a local directory, or a bucket and prefix on MinIO).
+"""One full read of a Zarr v3 array by each stack the read table compares, from one description of where the
+array is (a local directory, or a bucket and prefix on MinIO), and the physical limits of that read.
 
 Every reader returns the array it read (or, for the dask variant, one element of each block) so that the
 caller can check the values; none of them keeps more than it must. The peers come from the ``bench`` extra:
 ``zarrs`` (Rust codec pipeline for zarr-python) and ``tensorstore``; a missing one raises `Missing`.
+`read_engine` is the read the asv suite times for both engines, and `peak_memory` its peak resident memory in
+a fresh process.
 """
 
 from __future__ import annotations
@@ -175,6 +177,42 @@ def decode_all(inp: DecodeInput, decode_into: Callable[[bytes, np.ndarray], None
 
 
 # -- the stacks -------------------------------------------------------------------------------------------
+
+
+def read_engine(target: Any, engine: str, workers: int, *, use_dask: bool = True, **kw: Any) -> int:
+    """Open ``target`` with ``engine`` and load the variable "v" fully (``chunks={}`` and dask's threaded
+    scheduler with ``workers`` threads, or ``chunks=None``); returns the bytes loaded."""
+    import dask
+    import xarray as xr
+
+    extra: dict[str, Any] = {"consolidated": False} if engine == "zarr" else {}
+    ds = xr.open_dataset(target, engine=engine, chunks={} if use_dask else None, **extra, **kw)
+    with dask.config.set(scheduler="threads", num_workers=workers):
+        return ds["v"].values.nbytes
+
+
+def peak_read(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) -> int:
+    """In a fresh process (`peak_memory`): peak resident memory of one `read_engine` with 16 threads, minus the
+    resident memory before it (interpreter and imports)."""
+    import dask  # noqa: F401  (imported before the baseline: what is measured is the read)
+    import obstore  # noqa: F401
+    import xarray  # noqa: F401
+    import zarr  # noqa: F401
+
+    import xarray_zarrmax.backend  # noqa: F401
+    from asv_bench.shared.process import vm_status
+
+    before = vm_status("VmRSS")
+    read_engine(target, engine, 16, use_dask=use_dask, **kw)
+    return vm_status("VmHWM") - before
+
+
+def peak_memory(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) -> int:
+    """Peak resident memory (bytes) of a fresh process that opens and reads the array once, minus its
+    resident memory before the read (interpreter and imports)."""
+    from asv_bench.shared.process import in_fresh_process
+
+    return int(in_fresh_process("asv_bench.shared.peers:peak_read", target, engine, use_dask, kw))
 
 
 def read_xarray(where: Where, engine: str, *, use_dask: bool, chunks: Any = None) -> np.ndarray:

@@ -1,14 +1,15 @@
-"""zarrmax with dask (`chunks={}`) against zarrmax without (`chunks=None`), on local copies of throughput.py's
-layouts, in one process, reads alternating: the time, CPU and page faults of each (issue 15's "dask >= 0.85x").
+"""zarrmax with dask (`chunks={}`) against zarrmax without (`chunks=None`), on local copies of the read table's
+layouts (`asv_bench.shared.read_layouts`), in one process, reads alternating: the time, CPU and page faults of
+each (issue 15's "dask >= 0.85x").
 
-The dask read keeps a copy of one element of each block (a map_blocks), as throughput.py's dask stack does,
+The dask read keeps a copy of one element of each block (a map_blocks), as the read table's dask stack does,
 so it measures the read path, not `concatenate`, and each block is freed once read. (A view of the element
 would keep every block alive to the end: 512 MiB held in 16-32 MiB pieces, 1.5-2x slower on this machine.)
 
 Then, with one dask thread, how much of the dask read is zarrmax's own read (`read_selection`, summed over
 the tasks) and how much is around it (dask's scheduler, xarray's lazy indexing, the block's free), per task.
 
-    .venv/bin/python asv_bench/dask_vs_direct.py --layouts 0,3,4 --repeat 7 [--threads 16]
+    .venv/bin/python -m asv_bench.experiments.dask_vs_direct --layouts 0,3,4 --repeat 7 [--threads 16]
 
 With ``--decompose``, instead: where the dask read's time goes, each variant alternating with the direct read
 in one process (medians, ratios of time against the direct read):
@@ -17,30 +18,23 @@ in one process (medians, ratios of time against the direct read):
   time inside zarrmax's read (`read_selection`) summed over them, so what one call costs beyond its share of
   a whole-array read shows without dask's scheduler.
 
-    .venv/bin/python asv_bench/dask_vs_direct.py --layouts 1 --repeat 11 --decompose
+    .venv/bin/python -m asv_bench.experiments.dask_vs_direct --layouts 1 --repeat 11 --decompose
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import resource
 import statistics
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from benchutil import warm_memory  # noqa: E402
-from throughput import layouts, write  # noqa: E402
-
-warnings.filterwarnings("ignore")
+from asv_bench.shared.read_layouts import indexes, local_copies
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import warm_memory
 
 
 def read(path: str, mode: str, threads: int, task_bytes: int | None = None) -> None:
@@ -54,7 +48,7 @@ def read(path: str, mode: str, threads: int, task_bytes: int | None = None) -> N
     if mode == "direct":
         xr.open_dataset(path, engine="zarrmax", chunks=None)["v"].values  # noqa: B018
         return
-    changes = {} if task_bytes is None else {"task_bytes": task_bytes}  # None: the default, as throughput.py
+    changes = {} if task_bytes is None else {"task_bytes": task_bytes}  # None: the default, as the read table
     with set_config(**changes):
         blocks = xr.open_dataset(path, engine="zarrmax", chunks={})["v"]
     if mode == "blocks":
@@ -85,11 +79,12 @@ def _block_regions(chunks: tuple[tuple[int, ...], ...]) -> list[tuple[slice, ...
 @contextlib.contextmanager
 def timed_reads() -> Iterator[list[float]]:
     """Within the block, the seconds of every call of zarrmax's read (`read_selection`), appended to the list
-    yielded (the caller clears it between reads)."""
-    import xarray_zarrmax.backend.entrypoint as backend
+    yielded (the caller clears it between reads). Every module of the backend that calls the read by that name
+    (its lazy array's) gets the timed one."""
+    import xarray_zarrmax.backend  # noqa: F401  (every module of the backend loaded)
+    from xarray_zarrmax.read import read_selection as real
 
     inside: list[float] = []
-    real = backend.read_selection
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -98,11 +93,17 @@ def timed_reads() -> Iterator[list[float]]:
         finally:
             inside.append(time.perf_counter() - start)
 
-    backend.read_selection = timed  # type: ignore[assignment]
+    users = [m for name, m in list(sys.modules.items())
+             if name.startswith("xarray_zarrmax.backend") and getattr(m, "read_selection", None) is real]
+    if not users:
+        raise RuntimeError("found no module of xarray_zarrmax.backend that calls read_selection by name")
+    for module in users:
+        module.read_selection = timed  # type: ignore[attr-defined]
     try:
         yield inside
     finally:
-        backend.read_selection = real  # type: ignore[assignment]
+        for module in users:
+            module.read_selection = real  # type: ignore[attr-defined]
 
 
 def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
@@ -117,7 +118,7 @@ def split(path: str, nbytes: int, repeat: int) -> tuple[float, float, int]:
 
 def measure(path: str, mode: str, threads: int, nbytes: int,
             task_bytes: int | None = None) -> dict[str, float]:
-    warm_memory(2 * nbytes)  # as throughput.py does before every timed read
+    warm_memory(2 * nbytes)  # as the read table does before every timed read
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     read(path, mode, threads, task_bytes)
@@ -158,44 +159,43 @@ def decompose(path: str, name: str, nbytes: int, repeat: int, threads: int) -> N
               flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import zarr
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mib", type=int, default=512)
-    parser.add_argument("--layouts", default="0,3,4", help="indexes into throughput.layouts")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=16, help="dask threads (throughput.py uses 16)")
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, mib=512)
+    parser.add_argument("--layouts", default="0,3,4", help="indexes into the read table's layouts")
+    add_flags(parser, repeat=7)
+    parser.add_argument("--threads", type=int, default=16, help="dask threads (the read table uses 16)")
     parser.add_argument("--decompose", action="store_true",
                         help="task sizes, schedulers and blocks without dask against the direct read")
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="dask-vs-direct-") as tmp:
-        for index in (int(i) for i in args.layouts.split(",")):
-            layout = layouts(args.mib)[index]
-            path = str(Path(tmp) / f"layout{index}.zarr")
-            write(zarr.storage.LocalStore(path), layout)
-            if args.decompose:
-                decompose(path, layout.name, layout.nbytes, args.repeat, args.threads)
-                continue
-            for mode in ("direct", "dask"):
-                read(path, mode, args.threads)  # warm-up: imports, page cache
-            runs: dict[str, list[dict[str, float]]] = {"direct": [], "dask": []}
-            for _ in range(args.repeat):
-                for mode in runs:
-                    runs[mode].append(measure(path, mode, args.threads, layout.nbytes))
-            med: dict[str, Any] = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+
+
+def run(session: Session) -> int:
+    args = session.args
+    for layout, where in local_copies(args.mib, indexes(args.layouts), "dask-vs-direct-"):
+        path = str(where)
+        if args.decompose:
+            decompose(path, layout.name, layout.nbytes, args.repeat, args.threads)
+            continue
+        for mode in ("direct", "dask"):
+            read(path, mode, args.threads)  # warm-up: imports, page cache
+        runs: dict[str, list[dict[str, float]]] = {"direct": [], "dask": []}
+        for _ in range(args.repeat):
             for mode in runs:
-                m = med[mode]
-                print(f"{layout.name:45s} {mode:6s} wall {m['wall'] * 1e3:6.1f} ms  user {m['user'] * 1e3:6.1f}  "
-                      f"sys {m['sys'] * 1e3:6.1f}  minor faults {m['minflt']:7.0f}")
-            print(f"{layout.name:45s} dask / direct (speed): {med['direct']['wall'] / med['dask']['wall']:.2f}x",
-                  flush=True)
-            wall, inside, tasks = split(path, layout.nbytes, args.repeat)
-            print(f"{layout.name:45s} one dask thread: wall {wall * 1e3:6.1f} ms, in read_selection "
-                  f"{inside * 1e3:6.1f} ms, around it {(wall - inside) * 1e3 / tasks:.2f} ms per task ({tasks} tasks)",
-                  flush=True)
+                runs[mode].append(measure(path, mode, args.threads, layout.nbytes))
+        med: dict[str, Any] = {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+        for mode in runs:
+            m = med[mode]
+            print(f"{layout.name:45s} {mode:6s} wall {m['wall'] * 1e3:6.1f} ms  user {m['user'] * 1e3:6.1f}  "
+                  f"sys {m['sys'] * 1e3:6.1f}  minor faults {m['minflt']:7.0f}")
+        print(f"{layout.name:45s} dask / direct (speed): {med['direct']['wall'] / med['dask']['wall']:.2f}x",
+              flush=True)
+        wall, inside, tasks = split(path, layout.nbytes, args.repeat)
+        print(f"{layout.name:45s} one dask thread: wall {wall * 1e3:6.1f} ms, in read_selection "
+              f"{inside * 1e3:6.1f} ms, around it {(wall - inside) * 1e3 / tasks:.2f} ms per task ({tasks} tasks)",
+              flush=True)
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(execute(TABLE))

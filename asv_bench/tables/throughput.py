@@ -1,10 +1,11 @@
 """Read throughput per layout against every peer and the physical limits, on local disk and on MinIO.
 
-    .venv/bin/python asv_bench/throughput.py [--mib 512] [--repeat 5] [--stores local,minio] [--layouts 0,3]
-                                             [--peakmem] [--json out.json] [--plot docs/throughput.png]
+    .venv/bin/python -m asv_bench.tables.throughput [--mib 512] [--repeat 5] [--stores local,minio] [--layouts 0,3]
+                                                    [--peakmem] [--json out.json] [--plot docs/dev/throughput.png]
 
-Layouts (issue "Throughput"): 1-D int64 random data (incompressible, zstd) in 0.8, 3 and 12.5 MB chunks, and
-1 MB chunks in 64 MB shards; a 3-D float32 (time, lat, lon) cube of smooth data with zstd in 64 MB shards.
+Layouts (issue "Throughput", `asv_bench.shared.read_layouts`): 1-D int64 random data (incompressible, zstd) in
+0.8, 3 and 12.5 MB chunks, and 1 MB chunks in 64 MB shards; a 3-D float32 (time, lat, lon) cube of smooth data
+with zstd in 64 MB shards.
 For each layout and store, in the same run and with the repeats interleaved (repeat i of every stack before
 repeat i + 1 of any, so a busy spell of this shared machine hits every stack alike; each round in another
 order):
@@ -23,127 +24,27 @@ order):
 
 Every stack's values are checked against the data written (the first element of each block for the dask
 variant). Medians of ``--repeat`` reads, after one warm-up read each. Before every timed read, twice the array's
-size of memory is touched and freed (``benchutil.warm_memory``): on this virtual machine, memory left free for
-2 s goes back to the host and costs up to 20x more to touch again, which otherwise decides the ranking.
+size of memory is touched and freed (`asv_bench.shared.timing.warm_memory`): on this virtual machine, memory
+left free for 2 s goes back to the host and costs up to 20x more to touch again, which otherwise decides the
+ranking.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import sys
 import tempfile
 import textwrap
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-import peers  # noqa: E402
-from benchutil import start_minio, warm_memory  # noqa: E402
-
-warnings.filterwarnings("ignore")
-
-
-@dataclass(frozen=True)
-class Layout:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    chunks: tuple[int, ...]
-    shards: tuple[int, ...] | None
-    smooth: bool = False
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
-
-    def data(self) -> np.ndarray:
-        rng = np.random.default_rng(1)
-        if not self.smooth:
-            return rng.integers(0, 2**63 - 1, self.shape, dtype=self.dtype)
-        nt, ny, nx = self.shape
-        lat = np.linspace(-np.pi / 2, np.pi / 2, ny, dtype="f4")[None, :, None]
-        lon = np.linspace(0, 2 * np.pi, nx, dtype="f4")[None, None, :]
-        t = np.arange(nt, dtype="f4")[:, None, None]
-        cube = 273.0 + 30 * np.cos(lat) + 5 * np.sin(lon + t / 24) + np.cos(3 * lat + t / 100)
-        noise = rng.normal(scale=0.05, size=(1, ny, nx)).astype("f4")
-        return (cube + noise).astype(self.dtype)
-
-
-def layouts(mib: int) -> list[Layout]:
-    n = mib * 2**20 // 8
-    cube_t = max(mib * 2**20 // (512 * 512 * 4), 64)
-    return [
-        Layout("int64, 0.8 MB chunks", (n,), "i8", (100_000,), None),
-        Layout("int64, 3 MB chunks", (n,), "i8", (375_000,), None),
-        Layout("int64, 12.5 MB chunks", (n,), "i8", (1_562_500,), None),
-        Layout("int64, 1 MB chunks in 64 MB shards", (n,), "i8", (131_072,), (8_388_608,)),
-        Layout("float32 cube, 4 MB chunks in 64 MB shards", (cube_t, 512, 512), "f4", (16, 256, 256),
-               (64, 512, 512), smooth=True),
-    ]
-
-
-def write(store: Any, layout: Layout) -> None:
-    import zarr
-    from zarr.codecs import ZstdCodec
-
-    dims = ["time", "lat", "lon"][: len(layout.shape)] if layout.smooth else ["x"]
-    group = zarr.open_group(store, mode="w", zarr_format=3)
-    arr = group.create_array("v", shape=layout.shape, dtype=layout.dtype, chunks=layout.chunks,
-                             shards=layout.shards, compressors=[ZstdCodec(level=1)], dimension_names=dims)
-    arr[...] = layout.data()
-
-
-def read_engine(target: Any, engine: str, workers: int, *, use_dask: bool = True, **kw: Any) -> int:
-    """Open ``target`` with ``engine`` and load the variable "v" fully; returns the bytes loaded."""
-    import dask
-    import xarray as xr
-
-    extra = {"consolidated": False} if engine == "zarr" else {}
-    ds = xr.open_dataset(target, engine=engine, chunks={} if use_dask else None, **extra, **kw)
-    with dask.config.set(scheduler="threads", num_workers=workers):
-        return ds["v"].values.nbytes
-
-
-# VmHWM (peak resident set of this process's address space) starts afresh at exec, unlike ru_maxrss, which a
-# child inherits from its parent at fork.
-_PEAK_SCRIPT = """
-import sys, json, warnings
-warnings.filterwarnings("ignore")
-sys.path.insert(0, {here!r})
-import numpy, xarray, zarr, dask, obstore, xarray_zarrmax.backend.entrypoint
-from throughput import read_engine
-
-def status(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-
-before = status("VmRSS")
-target, engine, kw = json.loads(sys.argv[1])
-read_engine(target, engine, 16, use_dask=kw.pop("use_dask"), **kw)
-print(json.dumps({{"before": before, "peak": status("VmHWM")}}))
-"""
-
-
-def peak_memory(target: Any, engine: str, use_dask: bool, kw: dict[str, Any]) -> int:
-    """Peak resident memory (bytes) of a fresh process that opens and reads the array once, minus its
-    resident memory before the read (interpreter and imports)."""
-    import subprocess
-
-    script = _PEAK_SCRIPT.format(here=str(Path(__file__).parent))
-    args = json.dumps([target, engine, {**kw, "use_dask": use_dask}])
-    out = subprocess.run([sys.executable, "-c", script, args], capture_output=True, text=True, check=True).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    return int(result["peak"] - result["before"])
-
-
+from asv_bench.shared import peers
+from asv_bench.shared.read_layouts import Layout, chosen, write
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import shuffled_rounds, steal_ticks, warm_memory
 
 # (label, key, reader): the reader takes a peers.Where and returns what it read
 STACKS: list[tuple[str, str, Any]] = [
@@ -164,16 +65,6 @@ def check_values(label: str, got: np.ndarray, expected: np.ndarray, dask_chunks:
     want = expected if dask_chunks is None else expected[np.ix_(*peers.block_starts(expected.shape, dask_chunks))]
     if got.shape != want.shape or not np.array_equal(got, want):
         raise AssertionError(f"{label} read wrong values (shape {got.shape}, expected {want.shape})")
-
-
-def steal_ticks() -> int:
-    """The machine's "steal" time so far, in clock ticks (/proc/stat; 0 where there is none)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return 0
-    return int(fields[8]) if len(fields) > 8 else 0
 
 
 def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[str, str, Any]], *,
@@ -212,19 +103,12 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     del expected
     times: dict[str, list[float]] = {k: [] for k in runs}
     # every timed read in the order run (what came before each one), with the steal ticks during it: CPU time
-    # the hypervisor took from this VM (docs/performance-analysis.md: the slow MinIO direct reads had 15-19)
+    # the hypervisor took from this VM (the performance analysis: the slow MinIO direct reads had 15-19)
     sequence: list[tuple[str, float, int]] = []
-    order = list(runs.items())
-    shuffle = random.Random(len(order) * 1000 + repeat).shuffle  # the same orders in every run
-    for _ in range(repeat):
-        # A fresh order each round: a stack can slow the one after it (right after a TensorStore read,
-        # zarrmax's next read ran at 0.94 GB/s instead of 2.3 GB/s here, page cache intact, no CPU left busy).
-        # Rotating one order, as this did before, kept every stack's neighbour: zarrmax followed TensorStore in
-        # every round of every row ("sequence" in the JSON shows what came before each read).
-        shuffle(order)
+    for order in shuffled_rounds(list(runs.items()), repeat, len(runs) * 1000 + repeat):
         for key, fn in order:
             if warm:
-                warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: benchutil.warm_memory
+                warm_memory(2 * layout.nbytes)  # memory the guest has, not the hypervisor's: timing.warm_memory
             stolen = steal_ticks()
             start = time.perf_counter()
             fn()
@@ -237,65 +121,51 @@ def measure(layout: Layout, where: peers.Where, repeat: int, stacks: list[tuple[
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, mib=512, repeat=5, stores=True, layouts=True)
+    parser.add_argument("--stacks", default="", help="comma-separated stack keys (default: all)")
+    parser.add_argument("--peakmem", action="store_true", help="also measure peak memory (local store only)")
+    parser.add_argument("--no-warm-memory", action="store_true",
+                        help="do not touch fresh memory before each timed read (see timing.warm_memory)")
+    add_flags(parser, json_file=True, plot_file=True)
+
+
+def run(session: Session) -> int:
+    import shutil
+
     import zarr
 
     from xarray_zarrmax.testing import ACCESS_KEY, SECRET_KEY
 
-    parser = argparse.ArgumentParser(description="read throughput benchmark: zarrmax, its peers, the limits")
-    parser.add_argument("--mib", type=int, default=512, help="size of each array (MiB)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--stores", default="local,minio")
-    parser.add_argument("--layouts", default="", help="comma-separated indexes into the layout list")
-    parser.add_argument("--stacks", default="", help="comma-separated stack keys (default: all)")
-    parser.add_argument("--peakmem", action="store_true", help="also measure peak memory (local store only)")
-    parser.add_argument("--no-warm-memory", action="store_true",
-                        help="do not touch fresh memory before each timed read (see benchutil.warm_memory)")
-    parser.add_argument("--json")
-    parser.add_argument("--plot")
-    args = parser.parse_args(argv)
+    args = session.args
     stores = args.stores.split(",")
-    chosen = layouts(args.mib)
-    if args.layouts:
-        chosen = [chosen[int(i)] for i in args.layouts.split(",")]
     stacks = [s for s in STACKS if not args.stacks or s[1] in args.stacks.split(",")]
-
-    minio = None
-    if "minio" in stores:
-        started = start_minio("throughput")
-        if started is None:
-            return 2
-        minio, bucket = started
+    minio = session.services.minio if session.services is not None else None
+    bucket = minio.make_bucket("throughput") if minio is not None else ""
     tmp = Path(tempfile.mkdtemp(prefix="zarrmax-throughput-"))
     rows: list[dict[str, Any]] = []
-    try:
-        for i, layout in enumerate(chosen):
-            for store_kind in stores:
-                key = f"l{i}.zarr"
-                if store_kind == "local":
-                    write(str(tmp / key), layout)
-                    where = peers.Where(path=str(tmp / key))
-                else:
-                    assert minio is not None
-                    write(zarr.storage.ObjectStore(minio.obstore(bucket, key)), layout)
-                    where = peers.Where(bucket=bucket, prefix=key, endpoint=minio.endpoint, key_id=ACCESS_KEY,
-                                        secret=SECRET_KEY)
-                os.sync()  # no writeback of the data just written competes with the reads
-                row = {"store": store_kind} | measure(layout, where, args.repeat, stacks, warm=not args.no_warm_memory)
-                if args.peakmem and store_kind == "local":
-                    for engine in ("zarr", "zarrmax"):
-                        for use_dask in (True, False):
-                            key_name = f"peak_{engine}_{'dask' if use_dask else 'nodask'}"
-                            row[key_name] = peak_memory(str(where.path), engine, use_dask, {})
-                rows.append(row)
-                print(_format_row(row, stacks), file=sys.stderr, flush=True)
-                if store_kind == "local":
-                    import shutil
-
-                    shutil.rmtree(tmp / key, ignore_errors=True)
-    finally:
-        if minio is not None:
-            minio.close()
+    for i, (_, layout) in enumerate(chosen(args.mib, args.layouts)):
+        for store_kind in stores:
+            key = f"l{i}.zarr"
+            if store_kind == "local":
+                write(str(tmp / key), layout)
+                where = peers.Where(path=str(tmp / key))
+            else:
+                assert minio is not None
+                write(zarr.storage.ObjectStore(minio.obstore(bucket, key)), layout)
+                where = peers.Where(bucket=bucket, prefix=key, endpoint=minio.endpoint, key_id=ACCESS_KEY,
+                                    secret=SECRET_KEY)
+            os.sync()  # no writeback of the data just written competes with the reads
+            row = {"store": store_kind} | measure(layout, where, args.repeat, stacks, warm=not args.no_warm_memory)
+            if args.peakmem and store_kind == "local":
+                for engine in ("zarr", "zarrmax"):
+                    for use_dask in (True, False):
+                        key_name = f"peak_{engine}_{'dask' if use_dask else 'nodask'}"
+                        row[key_name] = peers.peak_memory(str(where.path), engine, use_dask, {})
+            rows.append(row)
+            print(_format_row(row, stacks), file=sys.stderr, flush=True)
+            if store_kind == "local":
+                shutil.rmtree(tmp / key, ignore_errors=True)
     print()
     print(table(rows, args, stacks))
     print()
@@ -310,11 +180,13 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "peak_zarr_nodask", "peak_zarrmax_nodask"))
             print(f"| {r['layout']} | {cells} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+        session.save_json(args.json, {"rows": rows})
     if args.plot:
         plot(rows, args.plot, stacks)
     return 0
+
+
+TABLE = Table(__doc__ or "", run, flags, services="minio")
 
 
 def _gbps(r: dict[str, Any], key: str) -> str:
@@ -391,5 +263,4 @@ def plot(rows: list[dict[str, Any]], path: str, stacks: list[tuple[str, str, Any
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("ICECHUNK_LOG", "error")
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

@@ -1,10 +1,11 @@
 """Local shards: read whole then decode, against read in pieces with each piece decoded right after its read.
 
-A plain loop (os.preadv and numcodecs, no zarrmax) over throughput.py's "1 MB chunks in 64 MB shards" layout,
+A plain loop (os.preadv and numcodecs, no zarrmax) over the read table's "1 MB chunks in 64 MB shards" layout,
 two threads, one shard per job; then zarrmax's own read of the same array. Decoding a piece while its bytes
-are still in the core's cache is what `fetch.PIECE_BYTES` is chosen by (docs/performance-analysis.md).
+are still in the core's cache is what `tuning.PIECE_BYTES` is chosen by (the performance analysis, "Local
+shards read in pieces, each decoded while its bytes are in cache").
 
-    .venv/bin/python asv_bench/local_shard_pieces.py --mib 512 --repeat 9
+    .venv/bin/python -m asv_bench.experiments.local_shard_pieces --mib 512 --repeat 9
 """
 
 from __future__ import annotations
@@ -12,18 +13,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from benchutil import warm_memory  # noqa: E402
-from throughput import layouts, write  # noqa: E402
+from asv_bench.shared.read_layouts import local_copies
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import warm_memory
 
 
 def shard_index(path: Path, chunks: int) -> np.ndarray:
@@ -58,21 +56,18 @@ def read_shard(path: Path, index: np.ndarray, out: np.ndarray, per: int | None) 
         os.close(fd)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import xarray as xr
-    import zarr
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mib", type=int, default=512)
-    parser.add_argument("--repeat", type=int, default=9)
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, mib=512, repeat=9)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
-    layout = layouts(args.mib)[3]  # int64, 1 MB chunks in 64 MB shards
-    assert layout.shards is not None
-    per_shard = layout.shards[0] // layout.chunks[0]
-    with tempfile.TemporaryDirectory(prefix="shard-pieces-") as tmp:
-        path = Path(tmp) / "a.zarr"
-        write(zarr.storage.LocalStore(path), layout)
+
+
+def run(session: Session) -> int:
+    import xarray as xr
+
+    args = session.args
+    for layout, path in local_copies(args.mib, [3], "shard-pieces-"):  # int64, 1 MB chunks in 64 MB shards
+        assert layout.shards is not None
+        per_shard = layout.shards[0] // layout.chunks[0]
         files = sorted((path / "v" / "c").iterdir(), key=lambda p: int(p.name))
         indexes = [shard_index(f, per_shard) for f in files]
         shard_bytes = layout.shards[0] * np.dtype(layout.dtype).itemsize
@@ -104,5 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(execute(TABLE))

@@ -1,6 +1,6 @@
 """Open latency of a 277-array ERA5-like group on MinIO behind a latency proxy, against the floor.
 
-    .venv/bin/python asv_bench/open_latency.py [--latency-ms 20] [--repeat 7] [--json out.json]
+    .venv/bin/python -m asv_bench.tables.open_latency [--latency-ms 20] [--repeat 15] [--json out.json]
 
 In one run, for an unconsolidated and a consolidated copy of the group:
 - floor: one LIST plus concurrent GETs of every zarr.json with obstore (unconsolidated), or one GET of the
@@ -17,15 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
-import warnings
-from pathlib import Path
 from typing import Any
 
-warnings.filterwarnings("ignore")
-sys.path.insert(0, str(Path(__file__).parent))
-from benchutil import median_time, proxied_minio  # noqa: E402
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import median_time
 
 
 def floor_unconsolidated(minio: Any, bucket: str, prefix: str, endpoint: str) -> None:
@@ -69,43 +64,39 @@ def open_zarrmax(minio: Any, bucket: str, prefix: str, endpoint: str, consolidat
                     storage_options=minio.storage_options(endpoint), consolidated=consolidated)
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, latency_ms=20, repeat=15, json_file=True)
+
+
+def run(session: Session) -> int:
     import zarr
 
     from xarray_zarrmax.testing import write_many_variable_group
 
-    parser = argparse.ArgumentParser(description="open latency benchmark")
-    parser.add_argument("--latency-ms", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args(argv)
-
-    with proxied_minio(args.latency_ms) as services:
-        if services is None:
-            return 2
-        minio, endpoint = services
-        bucket = minio.make_bucket("bench")
-        for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
-            write_many_variable_group(zarr.storage.ObjectStore(minio.obstore(bucket, prefix)), 273,
-                                      consolidated=consolidated)
-        default_concurrency = zarr.config.get("async.concurrency")
-        rows = []
-        for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
-            floor_fn = floor_consolidated if consolidated else floor_unconsolidated
-            t = {
-                "floor": median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
-                f"zarr (concurrency {default_concurrency})": median_time(
-                    lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated, {}), args.repeat),
-                "zarr (concurrency 100)": median_time(
-                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, {}), args.repeat),
-                "zarrmax": median_time(
-                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, {}), args.repeat),
-                "zarr (concurrency 100), chunks=None": median_time(
-                    lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, None), args.repeat),
-                "zarrmax, chunks=None": median_time(
-                    lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, None), args.repeat),
-            }
-            rows.append(("consolidated" if consolidated else "unconsolidated", t))
+    args = session.args
+    bucket = "bench"
+    minio, endpoint = session.minio(bucket)
+    for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
+        write_many_variable_group(zarr.storage.ObjectStore(minio.obstore(bucket, prefix)), 273,
+                                  consolidated=consolidated)
+    default_concurrency = zarr.config.get("async.concurrency")
+    rows = []
+    for prefix, consolidated in (("era5.zarr", False), ("era5-consolidated.zarr", True)):
+        floor_fn = floor_consolidated if consolidated else floor_unconsolidated
+        t = {
+            "floor": median_time(lambda: floor_fn(minio, bucket, prefix, endpoint), args.repeat),
+            f"zarr (concurrency {default_concurrency})": median_time(
+                lambda: open_zarr(minio, bucket, prefix, endpoint, None, consolidated, {}), args.repeat),
+            "zarr (concurrency 100)": median_time(
+                lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, {}), args.repeat),
+            "zarrmax": median_time(
+                lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, {}), args.repeat),
+            "zarr (concurrency 100), chunks=None": median_time(
+                lambda: open_zarr(minio, bucket, prefix, endpoint, 100, consolidated, None), args.repeat),
+            "zarrmax, chunks=None": median_time(
+                lambda: open_zarrmax(minio, bucket, prefix, endpoint, consolidated, None), args.repeat),
+        }
+        rows.append(("consolidated" if consolidated else "unconsolidated", t))
 
     print(f"\n277-array group (273 variables + 4 coordinates), MinIO behind toxiproxy +{args.latency_ms} ms, "
           f"median of {args.repeat} opens (s), chunks={{}}\n")
@@ -127,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{zarr_none / ours_none:.2f}x | {t['zarr (concurrency 100)'] - zarr_none:+.3f} | "
               f"{t['zarrmax'] - ours_none:+.3f} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"latency_ms": args.latency_ms, "repeat": args.repeat, "rows": rows}, f, indent=1)
+        session.save_json(args.json, {"latency_ms": args.latency_ms, "repeat": args.repeat, "rows": rows})
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags, services="proxied")
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

@@ -2,7 +2,7 @@
 as the access-pattern layouts keep them, read whole from local disk by zarrmax, engine="zarr", zarr-python with
 zarrs and TensorStore; wall and CPU time per chunk, medians.
 
-    .venv/bin/python asv_bench/small_chunks.py [--repeat 7] [--threads 1,2] [--profile]
+    .venv/bin/python -m asv_bench.experiments.small_chunks [--repeat 7] [--threads 1,2] [--profile]
 
 ``--profile``: a cProfile of one zarrmax read on one thread (deterministic; py-spy's sampling distorts these
 short threaded reads), by time spent in each function.
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from asv_bench.shared.runner import Session, Table, add_flags, execute
 
 SHAPE, CHUNKS = (64, 390, 576), (4, 30, 32)
 NCHUNKS = 16 * 13 * 18
@@ -90,12 +92,14 @@ def stacks(path: Path, threads: int) -> dict[str, Callable[[], Any]]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, repeat=7)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args(argv)
+
+
+def run(session: Session) -> int:
+    args = session.args
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "small.zarr"
         values = write(path)
@@ -113,5 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

@@ -2,9 +2,10 @@
 
 The loop opens, fstats, preads, fstats again and closes each chunk file, and decodes it into the output with
 numcodecs (the system calls and decoder the reader uses), on ``--threads`` threads in jobs of 5 objects. The
-difference is the reader's own Python per object and its scheduling (docs/performance-analysis.md).
+difference is the reader's own Python per object and its scheduling (the performance analysis, "Local reads of
+whole chunks: the Python around each object").
 
-    .venv/bin/python asv_bench/local_loop.py --mib 512 --threads 1,2
+    .venv/bin/python -m asv_bench.experiments.local_loop --mib 512 --threads 1,2
 """
 
 from __future__ import annotations
@@ -12,17 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from throughput import layouts, write  # noqa: E402
+from asv_bench.shared.read_layouts import local_copies
+from asv_bench.shared.runner import Session, Table, add_flags, execute
 
 
 def lean_read(files: list[str], n: int, per: int, dtype: str, pool: ThreadPoolExecutor | None) -> np.ndarray:
@@ -54,20 +52,19 @@ def lean_read(files: list[str], n: int, per: int, dtype: str, pool: ThreadPoolEx
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, mib=512)
+    parser.add_argument("--threads", default="1,2")
+    add_flags(parser, repeat=7)
+
+
+def run(session: Session) -> int:
     import xarray as xr
 
     import xarray_zarrmax
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=512)
-    parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--repeat", type=int, default=7)
-    args = parser.parse_args(argv)
-    layout = layouts(args.mib)[0]  # int64, 0.8 MB chunks
-    with tempfile.TemporaryDirectory(prefix="zarrmax-local-loop-") as tmp:
-        path = Path(tmp) / "a.zarr"
-        write(str(path), layout)
+    args = session.args
+    for layout, path in local_copies(args.mib, [0], "zarrmax-local-loop-"):  # int64, 0.8 MB chunks
         files = sorted((str(p) for p in (path / "v" / "c").iterdir()), key=lambda p: int(Path(p).name))
         expected = layout.data()
         print(f"{layout.name}: {len(files)} objects, {layout.nbytes / 2**20:.0f} MiB; median of {args.repeat}")
@@ -98,5 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(execute(TABLE))

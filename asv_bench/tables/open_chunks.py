@@ -1,6 +1,6 @@
 """Open cost against chunk count: nothing per chunk happens at open.
 
-    .venv/bin/python asv_bench/open_chunks.py [--repeat 5]
+    .venv/bin/python -m asv_bench.tables.open_chunks [--repeat 5]
 
 Opens a one-array group whose array has 100 or 1,000,000 chunks (local disk), with both engines, with and
 without dask; prints median milliseconds. With ``chunks={}`` dask itself builds a tuple of one entry per
@@ -10,23 +10,22 @@ block, which is the only part that grows with the count.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
-import warnings
 from pathlib import Path
 
-warnings.filterwarnings("ignore")
-sys.path.insert(0, str(Path(__file__).parent))
-from benchutil import median_time  # noqa: E402
+from asv_bench.shared.runner import Session, Table, add_flags, execute
+from asv_bench.shared.timing import median_time
 
 
-def main(argv: list[str] | None = None) -> int:
+def flags(parser: argparse.ArgumentParser) -> None:
+    add_flags(parser, repeat=5)
+
+
+def run(session: Session) -> int:
     import xarray as xr
     import zarr
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    args = session.args
     root = Path(tempfile.mkdtemp(prefix="zarrmax-chunks-"))
     print("| chunks | engine | chunks=None (ms) | chunks={} (ms) |\n|---|---|---|---|")
     for n in (100, 1_000_000):
@@ -41,5 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))

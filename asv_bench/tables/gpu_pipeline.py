@@ -1,12 +1,12 @@
 """Seed 004's GPU workload: zarrmax device="cuda" against zarr's GPU mode and zarr + NumPy.
 
-    .venv/bin/python asv_bench/gpu_pipeline.py [--dir /tmp/gpu_bench] [--repeat 3] [--workers 4] [--scale 1.0]
+    .venv/bin/python -m asv_bench.tables.gpu_pipeline [--dir /tmp/gpu_bench] [--repeat 3] [--workers 4] [--scale 1.0]
 
 A 1-D float32 array of 819,200,000 elements (3.2 GB) in 256,000-element zstd chunks, 400 chunks per shard,
 8 shards, on local disk; a compute step per shard (matrix products and reductions). Each implementation reads
 and computes every shard; printed: median seconds and the ratio to the hand-written pipeline's 0.478 s.
 NVTX ranges (zarrmax::read / transfer / decode, bench::compute) show per-shard stages in an nsys profile:
-    nsys profile -t cuda,nvtx .venv/bin/python asv_bench/gpu_pipeline.py --repeat 1
+    nsys profile -t cuda,nvtx .venv/bin/python -m asv_bench.tables.gpu_pipeline --repeat 1
 Needs a CUDA GPU, cupy and nvidia-nvcomp (pip install '.[gpu]'); exits with status 2 without them.
 """
 
@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from asv_bench.shared.runner import Session, Table, add_flags, execute
 
 HAND_WRITTEN_S = 0.478  # seed 004, "Custom / CuPy", 3.2 GB on an H100-class GPU
 CHUNK, PER_SHARD, SHARDS = 256_000, 400, 8
@@ -90,14 +92,16 @@ def zarrmax_cuda(path: Path, shard: int, n: int, workers: int) -> float:
     return float(parts.sum())
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="seed 004 GPU workload")
+def flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default="/tmp/zarrmax_gpu_bench")
-    parser.add_argument("--repeat", type=int, default=3)
+    add_flags(parser, repeat=3)
     parser.add_argument("--workers", type=int, default=4, help="dask threads (each has its own CUDA stream)")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 8 shards to use")
     parser.add_argument("--skip-numpy", action="store_true", help="skip the slow zarr + NumPy baseline")
-    args = parser.parse_args(argv)
+
+
+def run(session: Session) -> int:
+    args = session.args
     try:
         import cupy
 
@@ -137,5 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+TABLE = Table(__doc__ or "", run, flags)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(execute(TABLE))
