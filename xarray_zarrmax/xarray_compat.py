@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
@@ -331,6 +332,22 @@ def dataarray_names() -> tuple[str, str]:
 
 # -- the list and the report ---------------------------------------------------------------------------------------
 
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` naming the first caller outside this package and xarray, so a warning points at user
+    code (xarray's own tests count as callers, as its private ``find_stack_level`` counts them). It reads only
+    the stack and where the installed xarray's files are (``xarray.__file__``), nothing private, so it is no
+    `DEPENDENCIES` entry; it lives here because it walks frames, as `opener_call` does."""
+    ours = (os.path.dirname(__file__) + os.sep, os.path.dirname(xarray.__file__) + os.sep)
+    tests = os.path.join(os.path.dirname(xarray.__file__), "tests") + os.sep
+    frame, level = inspect.currentframe(), 1
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(ours) or name.startswith(tests):
+            break
+        frame, level = frame.f_back, level + 1
+    return max(level - 1, 1)
 
 @dataclass(frozen=True)
 class Dependency:

@@ -10,8 +10,6 @@ arrives, index coordinates read first, while the rest of the metadata is still i
 
 from __future__ import annotations
 
-import inspect
-import os
 import posixpath
 import types
 import uuid
@@ -41,7 +39,7 @@ from xarray_zarrmax.metadata.loader import load_group, load_tree
 from xarray_zarrmax.metadata.nodes import ArrayNode, GroupNode
 from xarray_zarrmax.read.fetch import read_selection_async
 from xarray_zarrmax.storage.abc import ByteSource
-from xarray_zarrmax.xarray_compat import decode_fill_value
+from xarray_zarrmax.xarray_compat import decode_fill_value, user_stacklevel
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -316,22 +314,5 @@ def _warn_unconsolidated() -> None:
         "3. Explicitly setting consolidated=True, to raise an error in this case instead of falling back to "
         "try reading non-consolidated metadata.",
         RuntimeWarning,
-        stacklevel=_user_stacklevel(),
+        stacklevel=user_stacklevel(),
     )
-
-
-def _user_stacklevel() -> int:
-    """The stacklevel of the first caller outside this wing and xarray (xarray's own tests count as callers,
-    as xarray's ``find_stack_level`` counts them), so a warning names user code. Public facts only: where the
-    installed xarray's files are (``xarray.__file__``)."""
-    import xarray
-
-    ours = (os.path.dirname(__file__) + os.sep, os.path.dirname(xarray.__file__) + os.sep)
-    tests = os.path.join(os.path.dirname(xarray.__file__), "tests") + os.sep
-    frame, level = inspect.currentframe(), 1
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(ours) or name.startswith(tests):
-            break
-        frame, level = frame.f_back, level + 1
-    return max(level - 1, 1)
