@@ -338,6 +338,7 @@ def test_the_open_methods_share_one_signature_and_refuse_unknown_keywords_as_pyt
     wrong keyword or argument count gets the TypeError Python gives a plain method."""
     import inspect
     import pydoc
+    import typing
 
     from xarray.backends.plugins import detect_parameters
 
@@ -351,6 +352,10 @@ def test_the_open_methods_share_one_signature_and_refuse_unknown_keywords_as_pyt
         assert list(params) == ["filename_or_obj", *(n for n in names if n != "variables")]
         assert all(p.kind is p.KEYWORD_ONLY for n, p in params.items() if n != "filename_or_obj")
     assert "device: 'DeviceSpec' = 'cpu'" in pydoc.render_doc(ZarrmaxBackendEntrypoint.open_dataset)
+    # what introspection of a plain method finds: its keyword defaults and type hints, as xarray's own engines
+    assert ZarrmaxBackendEntrypoint.open_dataset.__kwdefaults__ == {
+        name: field.default for name, field in OpenOptions.__dataclass_fields__.items()}
+    assert list(typing.get_type_hints(ZarrmaxBackendEntrypoint.open_dataset)) == ["filename_or_obj", *names, "return"]
     path = write_with_zarr(era5_like(), tmp_path / "e.zarr")
     for call, message in [
         (lambda: entry.open_dataset(path, consolidate=False),
@@ -359,6 +364,8 @@ def test_the_open_methods_share_one_signature_and_refuse_unknown_keywords_as_pyt
          "ZarrmaxBackendEntrypoint.open_datatree() got an unexpected keyword argument 'variables'"),
         (lambda: entry.open_dataset(path, True),
          "ZarrmaxBackendEntrypoint.open_dataset() takes 2 positional arguments but 3 were given"),
+        (lambda: entry.open_dataset(path, True, bogus=1),  # Python names the keyword first
+         "ZarrmaxBackendEntrypoint.open_dataset() got an unexpected keyword argument 'bogus'"),
         (lambda: entry.open_groups_as_dict(),
          "ZarrmaxBackendEntrypoint.open_groups_as_dict() missing 1 required positional argument: 'filename_or_obj'"),
     ]:

@@ -8,7 +8,6 @@ own message. The method's body receives the filled-in `OpenOptions`.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -70,33 +69,31 @@ def dropped_names(drop_variables: Any) -> set[Any]:
 def open_method[R](*, without: Iterable[str] = ()) -> Callable[[Callable[[Any, Any, OpenOptions], R]],
                                                              Callable[..., R]]:
     """Decorate ``body(self, filename_or_obj, options)`` into the method xarray calls: ``(self,
-    filename_or_obj, *, <every `OpenOptions` field but those ``without``>)``. The method's ``__signature__``
-    is that signature (xarray's ``detect_parameters`` and ``help()`` read it; no ``**kwargs``, as xarray's
-    backend guide asks), and a keyword outside it raises the TypeError Python would raise for it (Python's own
-    errors for the positional arguments name the method too: ``functools.wraps`` gives it its name). The method
-    hands its result back unchanged: `xarray_compat.opener_call` looks through it to xarray's opener."""
+    filename_or_obj, *, <every `OpenOptions` field but those ``without``>)``.
+
+    The method is a real Python function with that signature, generated from the fields (as `dataclasses`
+    generates ``__init__``): xarray's ``detect_parameters``, ``help()``, ``__kwdefaults__`` and type hints see
+    the keywords, no ``**kwargs`` (as xarray's backend guide asks), and wrong arguments get exactly Python's
+    errors, naming the method. It hands the body's result back unchanged: `xarray_compat.opener_call` looks
+    through it to xarray's opener."""
     left_out = frozenset(without)
     options = [f for f in fields(OpenOptions) if f.name not in left_out]
-    names = frozenset(f.name for f in options)
 
     def decorate(body: Callable[[Any, Any, OpenOptions], R]) -> Callable[..., R]:
-        parameters = [
-            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-            inspect.Parameter("filename_or_obj", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any"),
-            *(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-              for f in options),
-        ]
-        signature = inspect.Signature(parameters, return_annotation=body.__annotations__.get(
-            "return", inspect.Signature.empty))
-
-        @functools.wraps(body)
-        def method(self: Any, filename_or_obj: Any, **given: Any) -> R:
-            if not names.issuperset(given):
-                unknown = next(name for name in given if name not in names)  # the first, as Python names it
-                raise TypeError(f"{body.__qualname__}() got an unexpected keyword argument {unknown!r}")
-            return body(self, filename_or_obj, OpenOptions(**given))
-
-        method.__signature__ = signature  # type: ignore[attr-defined]
+        name = body.__name__
+        namespace: dict[str, Any] = {**globals(), "body": body}  # this module's names: type hints resolve
+        namespace.update({f"default_{f.name}": f.default for f in options})
+        keywords = ", ".join(f"{f.name}=default_{f.name}" for f in options)
+        passed = ", ".join(f"{f.name}={f.name}" for f in options)
+        exec(f"def {name}(self, filename_or_obj, *, {keywords}):\n"  # only names of our own fields
+             f"    return body(self, filename_or_obj, OpenOptions({passed}))\n", namespace)
+        method = namespace[name]
+        method.__code__ = method.__code__.replace(co_qualname=body.__qualname__)  # Python's errors name it so
+        method.__qualname__ = body.__qualname__
+        method.__module__ = body.__module__
+        method.__doc__ = body.__doc__
+        method.__annotations__ = {"filename_or_obj": "Any", **{f.name: f.type for f in options},
+                                  "return": body.__annotations__.get("return", "Any")}
         return passes_through(method)
 
     return decorate
