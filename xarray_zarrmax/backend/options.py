@@ -88,7 +88,8 @@ def open_method[R](*, without: Iterable[str] = ()) -> Callable[[Callable[[Any, A
         exec(f"def {name}(self, filename_or_obj, *, {keywords}):\n"  # only names of our own fields
              f"    return body(self, filename_or_obj, OpenOptions({passed}))\n", namespace)
         method = namespace[name]
-        method.__code__ = method.__code__.replace(co_qualname=body.__qualname__)  # Python's errors name it so
+        # Python's errors name the method so; its frames are this module's (warnings skip them as ours)
+        method.__code__ = method.__code__.replace(co_qualname=body.__qualname__, co_filename=__file__)
         method.__qualname__ = body.__qualname__
         method.__module__ = body.__module__
         method.__doc__ = body.__doc__
