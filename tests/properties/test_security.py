@@ -24,13 +24,11 @@ from xarray_zarrmax.core.loop import run_sync
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in
 from xarray_zarrmax.storage import LocalSource, ObstoreSource, ZarrStoreSource, resolve_source
 from xarray_zarrmax.testing import SECRET_KEY, free_port
-from xarray_zarrmax.testing.storage import shown
+from xarray_zarrmax.testing.storage import shown as everything_shown
 
 PASSWORD = "hunter2-pw"
 
 
-#: All an error shows: message, repr, traceback, notes and every error reachable through its cause and context.
-everything_shown = shown
 
 
 # -- redact ---------------------------------------------------------------------------------------------------
