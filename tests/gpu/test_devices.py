@@ -13,6 +13,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.devices import block_type, chosen_device, to_host
 from tests.support.strategies import NUMERIC_DTYPES, array_specs, write_array
 from xarray_zarrmax import CorruptDataError
 from xarray_zarrmax.backend import ZarrmaxStore
@@ -123,43 +124,31 @@ def test_cpu_decoded_codecs_are_copied_once(tmp_path):
     np.testing.assert_array_equal(out, np.linspace(0, 1, 100))
 
 
-# -- the real thing, where a GPU exists -------------------------------------------------------------------
-
-
-def _cuda_or_skip():
-    cupy = pytest.importorskip("cupy")
-    pytest.importorskip("nvidia.nvcomp")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except cupy.cuda.runtime.CUDARuntimeError as err:
-        pytest.skip(f"no usable CUDA device: {err}")
-    return cupy
+# -- on the device the gpu tests are given (CUDA under ci/gpu_check.sh; the stand-in elsewhere) -----------------
 
 
 @pytest.mark.gpu
-def test_cuda_blocks_are_cupy_and_match_zarr(tmp_path):
-    cupy = _cuda_or_skip()
+def test_device_blocks_are_device_arrays_and_match_zarr(tmp_path, device):
     data = sharded(tmp_path / "s.zarr")
-    ds = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", chunks={}, device="cuda")
-    assert isinstance(ds["v"].data._meta, cupy.ndarray)
+    ds = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", chunks={}, device=device, consolidated=False)
+    assert isinstance(ds["v"].data._meta, block_type())
     result = ds["v"].compute().data
-    assert isinstance(result, cupy.ndarray)
-    np.testing.assert_array_equal(cupy.asnumpy(result), data)
-    lazy = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", device="cuda")
-    assert isinstance(lazy["v"].compute().data, cupy.ndarray)
+    assert isinstance(result, block_type())
+    np.testing.assert_array_equal(to_host(result), data)
+    lazy = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", device=device, consolidated=False)
+    assert isinstance(lazy["v"].compute().data, block_type())
 
 
 @pytest.mark.gpu
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(spec=array_specs(zarr_format=3, dtype=st.sampled_from(NUMERIC_DTYPES)))  # CuPy holds no strings or times
-def test_cuda_gives_zarr_answers(tmp_path_factory, spec):
-    cupy = _cuda_or_skip()
+def test_device_gives_zarr_answers_for_every_numeric_dtype(tmp_path_factory, spec):
+    device = chosen_device()
     path = str(tmp_path_factory.mktemp("gpu") / "d.zarr")
     write_array(path, spec)
-    ours = xr.open_dataset(path, engine="zarrmax", chunks={}, device="cuda", mask_and_scale=False)
+    ours = xr.open_dataset(path, engine="zarrmax", chunks={}, device=device, mask_and_scale=False)
     oracle = xr.open_dataset(path, engine="zarr", consolidated=False, mask_and_scale=False)
-    np.testing.assert_array_equal(cupy.asnumpy(ours["v"].compute().data), oracle["v"].values)
+    np.testing.assert_array_equal(to_host(ours["v"].compute().data), oracle["v"].values)
 
 
 @pytest.mark.parametrize("case", ["two sized frames", "two unsized frames", "a skippable frame first",
@@ -212,3 +201,44 @@ def test_a_frame_without_a_size_is_decoded_aside_and_its_size_checked_on_the_dev
     else:
         with pytest.raises(CorruptDataError, match=r"key 'v/c/0'.*decoded 240 bytes, expected 256"):
             ours.values  # noqa: B018
+
+
+class _TrustingDevice(HostDevice):
+    """A device that, like nvCOMP's zstd, cannot be trusted to notice corrupt input: the corrupted shard
+    (key v/c/0) reaching it is a failure."""
+
+    def decode_zstd(self, packed, offsets, sizes, stream, out=None, names=None):
+        if any("'v/c/0'" in name for name in names):
+            raise AssertionError(f"corrupt frames reached the device decoder: {names}")
+        return super().decode_zstd(packed, offsets, sizes, stream, out=out, names=names)
+
+
+@pytest.mark.parametrize("where", ["the frame's magic number", "a reserved bit of the frame header",
+                                   "a reserved block type"])
+def test_corrupt_zstd_frames_are_refused_on_the_host_before_the_device_decodes(tmp_path, where):
+    """nvCOMP's zstd "can only operate on valid input data" (its release notes): frames are walked on the host
+    first, and one zstd itself would refuse never reaches the device."""
+    from tests.support.corrupt import shard_file, sharded_store
+
+    path = sharded_store(tmp_path / "c.zarr", crc_inner=False)
+    blob = bytearray(open(shard_file(path), "rb").read())
+    if where == "the frame's magic number":
+        blob[0:4] = b"\xde\xad\xbe\xef"
+    elif where == "a reserved bit of the frame header":
+        blob[4] |= 0x08
+    else:  # the first block header follows the 6-byte frame header (descriptor 0x20: single segment, 1-byte size)
+        assert blob[4] == 0x20, blob[4]
+        blob[6] |= 0x06  # block type 3
+    open(shard_file(path), "wb").write(bytes(blob))
+    with pytest.raises(CorruptDataError, match=r"'v/c/0'.*zstd could not decode the chunk"):
+        xr.open_dataset(path, engine="zarrmax", chunks={}, device=_TrustingDevice(), consolidated=False)["v"].compute()
+
+
+def test_the_stand_in_travels_to_other_processes_as_a_fresh_device():
+    """A dask worker process gets its own stand-in, as ``device="cuda"`` names each worker's own GPU."""
+    import pickle
+
+    device = HostDevice(deferred=True)
+    device.stream()
+    copy = pickle.loads(pickle.dumps(device))
+    assert isinstance(copy, HostDevice) and copy.deferred and copy.streams == []

@@ -18,7 +18,7 @@ _SKIPPABLE_MASK, _SKIPPABLE_MAGIC = 0xFFFFFFF0, 0x184D2A50
 
 def frames(data: Any, where: str) -> list[memoryview]:
     """Each zstd frame of ``data`` (skippable frames left out), as views; DecodeError naming the offset for a
-    frame cut short, an unknown magic number or a reserved block type."""
+    frame cut short, an unknown magic number, a reserved header bit or a reserved block type."""
     view = memoryview(data).cast("B")
     found, start = [], 0
     while start < len(view):
@@ -49,6 +49,9 @@ def _frame_end(view: memoryview, start: int, where: str) -> int | None:
                           f"(magic number {magic:#010x})")
     pos = _need(view, start + 5, where, "a frame header")
     descriptor = view[start + 4]
+    if descriptor & 0x08:  # RFC 8878 3.1.1.1.1.4: a decoder must refuse it; nvCOMP, which trusts its input, may not
+        raise DecodeError(f"{where}: zstd could not decode the chunk: the frame header at byte {start} sets the "
+                          "reserved bit")
     fcs_flag, single_segment = descriptor >> 6, (descriptor >> 5) & 1
     checksum, dict_id_flag = (descriptor >> 2) & 1, descriptor & 3
     pos += (0 if single_segment else 1) + (0, 1, 2, 4)[dict_id_flag]

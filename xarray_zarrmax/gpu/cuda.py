@@ -16,7 +16,7 @@ import numpy as np
 
 from xarray_zarrmax.gpu.device import Device, Event
 
-_INSTALL_HINT = "pip install 'xarray_zarrmax[gpu]' (cupy-cuda12x and nvidia-nvcomp-cu12)"
+_INSTALL_HINT = "pip install 'xarray_zarrmax[gpu]' (CUDA 12 drivers) or 'xarray_zarrmax[gpu-cu13]' (CUDA 13)"
 
 
 def _import_cupy() -> Any:
@@ -85,7 +85,9 @@ class CudaDevice(Device):
         return dst
 
     def decode_zstd(self, packed: Any, offsets: Sequence[int], sizes: Sequence[int], stream: Any,
-                    out: Sequence[Any] | None = None) -> list[Any]:
+                    out: Sequence[Any] | None = None, names: Sequence[str] | None = None) -> list[Any]:
+        # ``names`` unused: nvCOMP's zstd trusts its input (its release notes: it "can only operate on valid
+        # input data"), so a frame reaches it only after `codecs.zstd_frames.frames` walked it on the host.
         if not sizes:
             return []
         nvcomp = self.nvcomp

@@ -46,11 +46,12 @@ class Device:
         raise NotImplementedError
 
     def decode_zstd(self, packed: Any, offsets: Sequence[int], sizes: Sequence[int], stream: Any,
-                    out: Sequence[Any] | None = None) -> list[Any]:
+                    out: Sequence[Any] | None = None, names: Sequence[str] | None = None) -> list[Any]:
         """Start one batched decode of the zstd frames ``packed[offsets[i]:offsets[i] + sizes[i]]``.
 
         With ``out`` (flat uint8 device views, one per frame, exactly the decoded size) the frames decode
-        straight into them; otherwise into new device arrays, which are returned.
+        straight into them; otherwise into new device arrays, which are returned. ``names`` (array and key of
+        each frame) go into errors.
         """
         raise NotImplementedError
 
@@ -151,6 +152,11 @@ class HostDevice(Device):
         self._local = threading.local()
         self.streams: list[_HostStream] = []
 
+    def __reduce__(self) -> tuple[type, tuple[bool]]:
+        # A fresh stand-in in another process (a dask worker), as "cuda" names that process's own device:
+        # streams and their queued work belong to the process that made them.
+        return HostDevice, (self.deferred,)
+
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
 
@@ -170,7 +176,7 @@ class HostDevice(Device):
         return dst
 
     def decode_zstd(self, packed: np.ndarray, offsets: Sequence[int], sizes: Sequence[int], stream: _HostStream,
-                    out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+                    out: Sequence[np.ndarray] | None = None, names: Sequence[str] | None = None) -> list[np.ndarray]:
         import numcodecs
 
         codec = numcodecs.Zstd()
@@ -185,7 +191,8 @@ class HostDevice(Device):
                     else:
                         outputs[i] = np.frombuffer(codec.decode(packed[a:a + n]), dtype=np.uint8)
                 except Exception as err:
-                    raise CorruptDataError(f"zstd frame {i} of a batch could not be decoded: {err}") from None
+                    where = names[i] if names is not None else f"zstd frame {i} of a batch"
+                    raise CorruptDataError(f"{where}: zstd could not decode the chunk: {err}") from None
 
         stream.submit(run)
         return outputs

@@ -86,6 +86,7 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
         return
     framed = [plan.codec.frame(w.raw, w.where, single_frame=True) for w in present]
     frames = [data for data, _, _ in framed]
+    names = [w.where for w in present]
     sizes = [len(f) for f in frames]
     offsets = [0]
     for n in sizes[:-1]:
@@ -108,9 +109,9 @@ def _decode_on(device: Device, plan: ArrayPlan, out: Any, work: list[Work], stre
     with device.range("zarrmax::decode"):
         if direct:
             device.decode_zstd(packed, offsets, sizes, stream,
-                               out=[t.reshape(-1).view(np.uint8) for t in targets])
+                               out=[t.reshape(-1).view(np.uint8) for t in targets], names=names)
             return
-        decoded = device.decode_zstd(packed, offsets, sizes, stream)
+        decoded = device.decode_zstd(packed, offsets, sizes, stream, names=names)
     for i, (w, target) in enumerate(zip(present, targets, strict=True)):
 
         def chunk(i: int = i, region: tuple[Any, ...] = w.piece.chunk_index(), where: str = w.where) -> Any:
