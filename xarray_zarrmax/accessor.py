@@ -15,6 +15,7 @@ from typing import Any
 import xarray as xr
 
 from xarray_zarrmax.advise.advisor import AdviceReport, advise
+from xarray_zarrmax.errors import AdviceTypeError
 from xarray_zarrmax.write.dataset import _as_dataset, to_zarr
 
 
@@ -48,7 +49,8 @@ class ZarrmaxDataArrayAccessor:
 
     def advise(self, patterns: Mapping[str, Any], **kwargs: Any) -> AdviceReport:
         if "variable" in kwargs:
-            raise TypeError("da.zarrmax.advise() advises on the DataArray itself: it takes no variable=")
+            raise AdviceTypeError("da.zarrmax.advise() advises on the DataArray itself: it takes no variable=. Got "
+                                  f"variable={kwargs['variable']!r}.")
         # the Dataset to_zarr stores for it (its name, else xarray's placeholder): what encoding="advise" sees
         dataset = _as_dataset(self._da)
         (name,) = dataset.data_vars

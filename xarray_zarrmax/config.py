@@ -38,7 +38,9 @@ class Config:
         a file of at most 2 MiB in one read) instead of the index plus ranges. With ``full_shard_fraction=1``
         and ``coalesce_gap=0`` a sharded read fetches only the chunks it touches and each shard's index.
     retries
-        Attempts after the first for a failed request that may succeed when repeated.
+        Attempts after the first for a failed request that may succeed when repeated: an overload answer (503
+        SlowDown, 429), a 5xx, a broken connection. 10, what obstore's own retries allowed before we took them
+        over; each retry also needs the process's retry budget, and none starts 30 s after the first attempt.
     inflight_bytes
         Most decoded bytes one read keeps fetched but not yet decoded (sizes estimated from the layout): what
         a read holds beyond its output is bounded by this, not by the number of objects it reads.
@@ -69,7 +71,7 @@ class Config:
     split_size: int = 16 * 2**20
     coalesce_gap: int = 2**20
     full_shard_fraction: float = 0.5
-    retries: int = 3
+    retries: int = 10
     inflight_bytes: int = 512 * 2**20
     max_objects: int = 10**9
     task_bytes: int = 128 * 2**20

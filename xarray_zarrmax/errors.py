@@ -18,6 +18,49 @@ class StoreAccessError(ZarrmaxError, OSError):
     """A store refused or failed a request (credentials, network) after the retries allowed."""
 
 
+def store_error_like(err: BaseException, message: str) -> StoreAccessError:
+    """The `StoreAccessError` for a store's own ``err``: also an instance of the built-in type ``err`` is (a
+    ValueError for Icechunk's InvalidInputError, a PermissionError, ...), so ``except`` clauses written for
+    engine="zarr", which lets the store's error through, keep working. Where the two cannot be combined
+    (AttributeError, ImportError and the like: their instances are laid out differently from an OSError's), a
+    plain `StoreAccessError`."""
+    kind = next((k for k in type(err).__mro__ if k.__module__ == "builtins"), Exception)
+    return _store_error_class(kind.__name__)(message)
+
+
+_STORE_ERRORS: dict[str, type[StoreAccessError]] = {}
+
+
+def _store_error_class(name: str) -> type[StoreAccessError]:
+    """`StoreAccessError` and built-in type ``name`` in one class, made once (by name, so that it unpickles)."""
+    import builtins
+
+    found = _STORE_ERRORS.get(name)
+    if found is None:
+        kind = getattr(builtins, name, Exception)
+        found = StoreAccessError
+        if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(StoreAccessError, kind):
+            try:
+                found = type(f"StoreAccessError[{name}]", (StoreAccessError, kind), {
+                    "__module__": __name__, "__doc__": f"A `StoreAccessError` that is also a {name}.",
+                    "__reduce__": lambda self: (_store_error, (name, str(self))),
+                    "__str__": Exception.__str__})  # not KeyError's quoted repr
+            except TypeError:
+                pass
+        _STORE_ERRORS[name] = found
+    return found
+
+
+def _store_error(name: str, message: str) -> StoreAccessError:
+    return _store_error_class(name)(message)
+
+
+class ArgumentTypeError(ZarrmaxError, TypeError, AttributeError):
+    """An argument of the wrong type, refused before anything is read or written. A TypeError; also an
+    AttributeError, which xarray and zarr-python raise for some such arguments as they use them (``group=5``
+    opening a store, ``encoding=5`` in ``to_zarr``)."""
+
+
 class CorruptDataError(ZarrmaxError, ValueError):
     """Stored bytes are inconsistent: truncated objects, bad shard indexes, checksum mismatches."""
 
@@ -75,6 +118,17 @@ class GroupNotFoundError(NodeNotFoundError, KeyError):
     on ``consolidated``)."""
 
     __str__ = Exception.__str__  # not KeyError's quoted repr
+
+
+class AdviceInputError(ZarrmaxError, ValueError):
+    """An argument of the layout advisor (`xarray_zarrmax.advise`, ``ds.zarrmax.advise``, ``encoding="advise"``,
+    `Batch`, `Constraints`) with a value it cannot use: the message names the argument (and the pattern or
+    dimension), what was expected and what was given."""
+
+
+class AdviceTypeError(AdviceInputError, TypeError):
+    """An argument of the layout advisor of the wrong type (a list where a mapping of patterns goes): also a
+    TypeError."""
 
 
 class XarrayChanged(ZarrmaxError, RuntimeError):

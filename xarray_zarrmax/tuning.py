@@ -34,6 +34,14 @@ SMALL_ZSTD_BYTES = 128 << 10
 
 #: Shard indexes kept across reads, in bytes: about 10,000 indexes of 400-chunk shards.
 INDEX_CACHE_BYTES = 64 * MiB
+#: What a kept index costs beyond its own bytes, counted against `INDEX_CACHE_BYTES`: its key (store token and
+#: object key), version, array header and dict node took 570 bytes (tracemalloc, a 4-chunk index and an ETag).
+#: Counting the index's bytes alone let 64 MiB of 64-byte indexes hold a million entries, over 0.5 GiB.
+INDEX_ENTRY_BYTES = 512
+#: What a kept decoded chunk costs beyond its own bytes, counted against `config.cache_bytes`: its entry, keys,
+#: version and LRU node took 350 bytes (tracemalloc, 2000 entries), its array header and key strings about 150
+#: more. Counting the chunk's bytes alone would let a cap of small chunks hold far more than the cap.
+CHUNK_ENTRY_BYTES = 512
 #: Reads of one object after it changed under them: the first retry follows a stale cached index; more mean
 #: a writer is rewriting the object while we read it.
 CHANGED_OBJECT_ATTEMPTS = 3
@@ -53,6 +61,47 @@ RECENT_STORE_BYTES = 64 * MiB
 #: Output arrays of at least this many bytes are aligned to huge pages: numpy's own threshold for huge-page
 #: advice, below which an allocation gets none and aligning it gains nothing.
 ALIGN_FROM_BYTES = 4 * MiB
+
+# -- a store that says it is overloaded (core/overload.py, storage/retry.py) ----------------------------------
+
+#: On an overload answer (503 SlowDown, 429) the process's requests in flight are multiplied by this, once per
+#: window, never below `THROTTLE_FLOOR`; they grow back by one per window's worth of answers. TCP's factor;
+#: against 0.7 on a MinIO serving 8 requests at once (MINIO_API_REQUESTS_MAX=8) read by 4 worker processes of
+#: 128 requests each on two busy cores (asv_bench/tables/throttling.py --compare THROTTLE_DECREASE=0.5,0.7):
+#: 0.025 against 0.029 GB/s, within the machine's noise, with 133 against 178 refusals per 1024 GETs.
+THROTTLE_DECREASE = 0.5
+#: One request in flight at least: with N processes sharing a limit of L requests, any floor above L / N keeps
+#: the store overloaded for good, and every refusal then costs a retry from the budget.
+THROTTLE_FLOOR = 1
+#: While the store refuses requests, the limit grows by one per window's worth of answers, at most once per this
+#: many seconds: a window is a round trip, a millisecond on MinIO on loopback, and growing that often put each
+#: process back over its share dozens of times a second. Same table, --compare THROTTLE_INCREASE_S=0,0.1:
+#: 4 processes 165 -> 25 refusals per 1024 GETs at 0.047 / 0.046 GB/s, 8 processes 285 -> 83 (throughput
+#: within noise). Against S3's 20-50 ms round trips it is about one window.
+THROTTLE_INCREASE_S = 0.1
+#: Seconds without an overload answer after which the limit grows by one per answer (doubling per window).
+THROTTLE_QUIET_S = 5.0
+#: Changes of the limit each process remembers (`core.budget.limiter_stats`).
+THROTTLE_HISTORY = 4096
+
+#: Retries a process may send: a bucket of this many per request slot (``config.concurrency``), refilled by
+#: `RETRY_BUDGET_RATIO` for every first attempt (the share Finagle's RetryBudget and the AWS SDKs' retry quota
+#: allow). The burst covers a cluster's first wave, when every process's requests meet the store's limit at
+#: once: 55-125 retries a process in the throttling table (docs/dev/throttling.md); the ratio covers AIMD's
+#: steady probing there, 0.3-8% of the GETs refused.
+RETRY_BUDGET_BURST = 4
+RETRY_BUDGET_RATIO = 0.2
+#: Backoff before a retry: this, doubled each attempt, at most `RETRY_MAX_BACKOFF_S`, each drawn from its upper
+#: half. After a broken connection or a 5xx, obstore's own first backoff (0.1 s): ten retries then span about
+#: 7-13 s, long enough to ride out a restarting server. After an overload answer much less: the lowered limit
+#: already paces the process, and a retry waiting longer only holds up the dask task it belongs to (a 64-GET
+#: task took about 0.1 s in the throttling table, so a 25-50 ms first backoff is a third of it).
+RETRY_BACKOFF_S = 0.1
+OVERLOAD_BACKOFF_S = 0.01
+RETRY_MAX_BACKOFF_S = 2.0
+#: No retry starts more than this after the request's first attempt was sent (time waiting for a request slot
+#: not counted), as obstore's own retry_timeout bounded it before.
+RETRY_TIMEOUT_S = 30.0
 
 # -- writing --------------------------------------------------------------------------------------------------
 
@@ -102,3 +151,29 @@ REFINE_STARTS = 4
 REFINE_STEPS = 64
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
 DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: Decoded bytes of the variable the decoder and reader probes read (a block at its start, whatever its size:
+#: the first time step of an 8 TiB variable alone is 415 MB).
+SAMPLE_BYTES = 4 * MiB
+
+# What bounds the advisor's time and memory on any array (metadata only: nothing of the array is materialised).
+
+#: The most inner chunks in one shard the search generates and `layouts=` may give: the shard's index is 16
+#: bytes a chunk (16 MiB here), and costing a shard lays out each of its chunks in Morton order (0.27 s and
+#: 50 MB for 2^20 chunks in 4-D). GEOS-FP's largest candidate shard holds 556,416 chunks.
+MAX_SHARD_CHUNKS = 1 << 20
+#: The most layouts the search generates before refining the best (GEOS-FP: 1,808). With more dimensions,
+#: fewer chunk lengths and shard multiples per dimension are tried until they fit (a 4-D variable had 70,480
+#: layouts otherwise: minutes of costing).
+MAX_CANDIDATES = 4096
+#: Dimensions longer than 1 the advisor lays out, at most: the candidates multiply per dimension.
+MAX_ADVISED_DIMS = 8
+#: The most windows a random batch may have: each is costed under every layout (a batch of 1024 windows
+#: costs about as long as the rest of a search). Windows that repeat are costed once.
+MAX_BATCH_WINDOWS = 1024
+#: A batch window touching more stored objects than this is costed as a whole (its objects grouped by what
+#: they fetch) rather than object by object, and its shard indexes are not taken as cached by later windows.
+MAX_WINDOW_OBJECTS = 4096
+#: Bytes the cost model keeps of shards' chunk layouts (write order, sizes) between layouts that share them.
+MODEL_CACHE_BYTES = 256 * MiB
+#: Costing that runs longer than this shows a progress bar (with ``progress=True``).
+PROGRESS_AFTER_S = 2.0

@@ -10,6 +10,9 @@ baselines (engine="zarr", the peers, the physical ceilings), measured in the sam
 - ``decoders``: the decode ceiling per zstd and blosc decoder;
 - ``writes_under_latency``, ``load_async``, ``distributed_read``, ``gpu_pipeline``: small writes behind
   latency, ``load_async``, a distributed cluster, seed 004's GPU workload;
+- ``soak``: 2,000 open/read/write/close cycles per store, what the process holds along the way against each
+  cache's cap (docs/dev/soak.md; tests/properties/test_soak.py asserts the same);
+- ``throttling``: a MinIO with a request limit read by one process and by clusters of 4 and 8 (issue 46);
 - ``compare_read``: the read table's layouts read by two source trees, interleaved (did a change slow reads?);
 - ``perf_report``: the asv suite's saved results as tables; ``performance_doc``: reruns the tables above into
   docs/dev/performance.md.

@@ -315,3 +315,46 @@ def test_v2_dimension_attribute_values_open_or_fail_as_engine_zarr(tmp_path, dim
                                                                                              object)]
     assert all(isinstance(ours, c) for c in builtin), (ours, theirs)
     assert "'v'" in str(ours)  # ours names the array
+
+
+# -- a v3 array document without a key Zarr v3 requires (GDAL writes arrays without "codecs") -------------------
+
+REQUIRED_V3_KEYS = ["codecs", "shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "zarr_format"]
+
+
+def without(path: Path, key: str) -> Path:
+    """`write_group` plus an array ``w`` whose ``zarr.json`` lacks ``key``."""
+    write_group(path)
+    zarr.open_group(path, mode="a").create_array("w", shape=(4,), chunks=(2,), dtype="f4", dimension_names=["x"])
+    edit_json(path / "w" / "zarr.json", lambda doc: doc.pop(key))
+    return path
+
+
+@pytest.mark.parametrize("key", REQUIRED_V3_KEYS)
+def test_an_array_without_a_required_key_is_left_out_with_a_warning_as_engine_zarr_does(tmp_path, key):
+    path = without(tmp_path / "g.zarr", key)
+    with pytest.warns(zarr.errors.ZarrUserWarning, match=f"Object at {key} is not recognized"):
+        assert list(xr.open_dataset(path, engine="zarr", consolidated=False).variables) == ["v"]
+    with pytest.warns(UserWarning) as caught:
+        ds = xr.open_dataset(path, engine="zarrmax", consolidated=False)
+    assert list(ds.variables) == ["v"]
+    ours = [w for w in caught if issubclass(w.category, zarr.errors.ZarrUserWarning)]
+    assert [str(w.message) for w in ours] == [
+        f"left out array 'w' of file://{path}: its metadata 'w/zarr.json' has no {key!r}, which Zarr v3 requires "
+        "(GDAL writes arrays without 'codecs'); engine=\"zarr\" leaves it out too"]
+    assert ours[0].filename == __file__  # the caller's line
+
+
+def test_a_tree_leaves_such_an_array_out_too(tmp_path):
+    path = without(tmp_path / "g.zarr", "codecs")
+    with pytest.warns(UserWarning, match="left out array 'w' of .*: its metadata 'w/zarr.json' has no 'codecs'"):
+        tree = xr.open_datatree(path, engine="zarrmax", consolidated=False)
+    assert list(tree.dataset.variables) == ["v"]
+
+
+def test_asking_for_such_an_array_is_an_error_naming_the_key(tmp_path):
+    path = without(tmp_path / "g.zarr", "codecs")
+    with pytest.raises(MetadataError, match=re.escape(
+            f"array 'w' of file://{path}: its metadata 'w/zarr.json' has no 'codecs', which Zarr v3 requires: it "
+            "cannot be read")):
+        xr.open_dataset(path, engine="zarrmax", consolidated=False, variables=["w"])

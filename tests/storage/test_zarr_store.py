@@ -150,3 +150,72 @@ class TestIcechunkSink(SinkTests):
         sink = resolve_sink(_repository(tmp_path / "repo").writable_session("main"))
         assert isinstance(sink, IcechunkSink)
         return sink
+
+
+def _repo_with_a_virtual_chunk(tmp_path: Any) -> str:
+    """An Icechunk repository (its path) whose array 'v' has its one chunk in a virtual chunk container."""
+    icechunk = pytest.importorskip("icechunk")
+    import numpy as np
+
+    chunks = f"file://{tmp_path}/chunks/"
+    (tmp_path / "chunks").mkdir()
+    raw = np.arange(10, dtype="<i4").tobytes()
+    (tmp_path / "chunks" / "c0").write_bytes(raw)
+    config = icechunk.RepositoryConfig.default()
+    config.set_virtual_chunk_container(icechunk.VirtualChunkContainer(chunks, icechunk.local_filesystem_store(
+        str(tmp_path / "chunks"))))
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")), config=config,
+                                      authorize_virtual_chunk_access={
+                                          chunks: icechunk.credentials.LocalFileSystemAccess})
+    session = repo.writable_session("main")
+    group = zarr.group(store=session.store, zarr_format=3)
+    group.create_array("v", shape=(10,), chunks=(10,), dtype="i4", dimension_names=["x"], compressors=None)
+    session.store.set_virtual_ref("v/c/0", f"{chunks}c0", offset=0, length=len(raw))
+    session.commit("a virtual chunk")
+    return str(tmp_path / "repo")
+
+
+def test_a_virtual_chunk_container_not_authorised_is_what_engine_zarr_raises_and_ours(tmp_path: Any) -> None:
+    """engine="zarr" lets Icechunk's InvalidInputError (a ValueError) through; ours is a StoreAccessError and a
+    ValueError, Icechunk's error its cause (its class has a layout of its own: no class can also be an OSError)."""
+    import pickle
+
+    import icechunk
+    import xarray as xr
+
+    path = _repo_with_a_virtual_chunk(tmp_path)
+    store = icechunk.Repository.open(icechunk.local_filesystem_storage(path)).readonly_session("main").store
+    with pytest.raises(icechunk.InvalidInputError, match="authorize the virtual chunk container"):
+        xr.open_dataset(store, engine="zarr", consolidated=False)["v"].values
+    ds = xr.open_dataset(store, engine="zarrmax")
+    with pytest.raises(StoreAccessError, match=r"GET 'v/c/0' on IcechunkStore@\w+ failed: InvalidInputError: a "
+                                               r"virtual chunk .* authorize the virtual chunk container") as info:
+        ds["v"].values
+    assert isinstance(info.value, ValueError) and isinstance(info.value, OSError)
+    assert isinstance(info.value.__cause__, icechunk.InvalidInputError)
+    again = pickle.loads(pickle.dumps(info.value))  # as a dask.distributed worker sends it back
+    assert type(again) is type(info.value) and str(again) == str(info.value)
+    with pytest.raises(ValueError, match="authorize the virtual chunk container"):  # as written for engine="zarr"
+        ds["v"].values
+
+
+class Refusing(MemoryStore):
+    """A zarr Store whose reads fail with a PermissionError and whose listings with a KeyError."""
+
+    async def get(self, key, prototype=None, byte_range=None):
+        raise PermissionError(f"no access to {key}")
+
+    async def list_dir(self, prefix):
+        raise KeyError(prefix)
+        yield  # an async generator, as the interface says
+
+
+def test_a_stores_error_keeps_its_built_in_type_and_no_cause() -> None:
+    source = ZarrStoreSource(Refusing())
+    expected = r"GET 'k' on Refusing@\w+ failed: PermissionError: no access to k"
+    with pytest.raises(StoreAccessError, match=expected) as got:
+        run_sync(source.get("k"))
+    assert isinstance(got.value, PermissionError) and got.value.__cause__ is None
+    with pytest.raises(StoreAccessError, match="^LIST 'g' on Refusing@\\w+ failed: KeyError: 'g'$") as listed:
+        run_sync(source.list_dir("g"))
+    assert isinstance(listed.value, KeyError) and listed.value.__cause__ is None

@@ -14,4 +14,8 @@ Shared pytest fixtures (``minio``, ``bucket``, ``toxiproxy``, ``store_factory``,
 - `inflight`: `InFlight`, a store wrapper counting the GETs in flight at once.
 - `targets`: `write` to the ``where`` fixture's target, `counter` for fresh prefixes on the session's bucket.
 - `writers`: the concurrent-writers scenario (`NWRITERS` writers, two shards; `write_step`, `one_step`, ...).
+- `killing`: a writer run as a child process and killed partway (`WriterSpec`; run as ``python -m
+  tests.support.killing``), and what a process has under way in /proc (`writing_into`, `sending_to`).
+- `read_markers`: `ReadMarkers`, a dask worker plugin marking each read's start and end (`reads_in_flight`,
+  `reads_done`); imports distributed.
 """

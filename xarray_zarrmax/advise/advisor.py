@@ -11,7 +11,7 @@ decoder (`advise_probe`), and the ones meeting the constraints are ranked by the
 from __future__ import annotations
 
 import math
-import numbers
+import os
 import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.advise.candidates import candidate_layouts, neighbours
+from xarray_zarrmax.advise.candidates import candidate_layouts, check_layouts, neighbours
 from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
@@ -39,11 +39,25 @@ from xarray_zarrmax.advise.patterns import (
     pattern_selections,
     weight,
 )
-from xarray_zarrmax.advise.probe import Progress, probe_decoder, probe_reader, probe_store, text_progress
+from xarray_zarrmax.advise.probe import Progress, deferred, probe_decoder, probe_reader, probe_store, text_progress
+from xarray_zarrmax.advise.validate import (
+    check_dataset,
+    check_progress,
+    check_store,
+    check_variable,
+    optional,
+    positive_number,
+    whole_number,
+    wrong_type,
+)
 from xarray_zarrmax.config import get_config
+from xarray_zarrmax.errors import AdviceInputError
 from xarray_zarrmax.tuning import (
+    MAX_ADVISED_DIMS,
+    PROGRESS_AFTER_S,
     REFINE_STARTS,
     REFINE_STEPS,
+    SAMPLE_BYTES,
 )
 
 MB = 2**20
@@ -57,6 +71,13 @@ class Constraints:
     max_object_bytes: int | None = None
     max_objects: int | None = None
     task_memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, what in (("max_object_bytes", "a whole number of bytes >= 1 (or None)"),
+                           ("max_objects", "a whole number of objects >= 1 (or None)"),
+                           ("task_memory_bytes", "a whole number of bytes >= 1 (or None)")):
+            value = optional(whole_number, f"Constraints {name}", getattr(self, name), 1, None, what)
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +164,22 @@ class AdviceReport:
 def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
          costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
          layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
-         variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch()) -> list[Candidate]:
+         variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch(),
+         progress: Progress | None = None) -> list[Candidate]:
     """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time.
 
     Without ``layouts``: the generated candidates (`candidate_layouts`), then a local search from the best
     `REFINE_STARTS` of them (`neighbours`, each step to the best neighbour while it is better): the grid of
     powers of two misses shapes such as 23x50x25 that beat every layout on it.
 
+    ``progress`` is called ``(done, total, what)`` as layouts are costed (see `deferred` for a bar that only
+    shows when costing runs long).
+
     Raises
     ------
-    ValueError
-        When no layout meets the constraints: the message gives the smallest value any layout achieves.
+    AdviceInputError
+        When no layout meets the constraints (a ValueError): the message gives the smallest value any layout
+        achieves.
     """
     patterns = parse_patterns(patterns)
     selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
@@ -189,18 +215,32 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
     def order(c: Candidate) -> tuple[float, int]:
         return c.score, c.objects  # ties: fewer objects (cheaper to list, write and delete)
 
-    kept = [c for c in map(cost, layouts) if c is not None]
+    # progress: one step a layout of the grid, then REFINE_STEPS a refined start (the rest at once when it stops)
+    total = len(layouts) + (REFINE_STARTS * REFINE_STEPS if searched else 0)
+    kept = []
+    for i, layout in enumerate(layouts):
+        candidate = cost(layout)
+        if candidate is not None:
+            kept.append(candidate)
+        if progress is not None:
+            progress(i + 1, total, f"costing {len(layouts)} layouts")
     if not kept:
-        raise ValueError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
+        if progress is not None:
+            progress(total, total, "no layout meets the constraints")
+        raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
     if searched:
-        for start in sorted(kept, key=order)[:REFINE_STARTS]:
+        for s, start in enumerate(sorted(kept, key=order)[:REFINE_STARTS]):
             current = start
-            for _ in range(REFINE_STEPS):
+            for step_no in range(REFINE_STEPS):
                 near = [c for c in map(cost, neighbours(current.layout, shape, itemsize)) if c is not None]
                 step = min(near, key=order, default=None)
+                if progress is not None:
+                    progress(len(layouts) + s * REFINE_STEPS + step_no + 1, total, "refining the best")
                 if step is None or order(step) >= order(current):
                     break
                 current = step
+        if progress is not None:
+            progress(total, total, "refining the best")
         kept = [c for c in costed.values() if c is not None]
     kept.sort(key=order)
     return kept
@@ -240,12 +280,17 @@ def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes
         "; ".join(problems) or "the constraints together rule out every layout") + why
 
 
-def _sample(var: Any, nbytes: int = 4 * MB) -> np.ndarray:
-    """A leading block of the variable of about ``nbytes`` (its first time steps), loaded."""
-    per_step = var.dtype.itemsize * math.prod(var.shape[1:]) if var.ndim else var.dtype.itemsize
-    steps = max(1, nbytes // max(per_step, 1))
-    block = var.isel({var.dims[0]: slice(0, steps)}) if var.ndim else var
-    return np.asarray(block.values)
+def _sample(var: Any, nbytes: int = SAMPLE_BYTES) -> np.ndarray:
+    """A leading block of the variable of at most about ``nbytes``, loaded: whole along its last dimensions
+    as far as they fit, then as many rows of the next as fit, one element along the rest (the first time
+    steps of a small variable; a part of the first map of a large one). Never more, whatever its size."""
+    elements = max(1, nbytes // max(var.dtype.itemsize, 1))
+    block = {}
+    for dim, n in reversed(list(zip(var.dims, var.shape, strict=True))):
+        take = max(1, min(int(n), elements))
+        block[dim] = slice(0, take)
+        elements //= take
+    return np.asarray(var.isel(block).values)
 
 
 def _advisable(var: Any) -> str | None:
@@ -256,6 +301,10 @@ def _advisable(var: Any) -> str | None:
         return f"it is empty (shape {tuple(var.shape)})"
     if var.dtype.kind not in "biufcmM":
         return f"its values are of dtype {var.dtype} (numbers, booleans, times)"
+    long = [f"{d}: {n}" for d, n in zip(var.dims, var.shape, strict=True) if n > 1]
+    if len(long) > MAX_ADVISED_DIMS:
+        return (f"it has {len(long)} dimensions longer than 1 ({', '.join(long)}); the advisor lays out at most "
+                f"{MAX_ADVISED_DIMS} (tuning.MAX_ADVISED_DIMS)")
     return None
 
 
@@ -263,72 +312,69 @@ def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, t
     """The data variable to advise on (``variable``, else the largest that can be laid out) and every data
     variable of its dimensions and shape, which get the same layout."""
     names = list(ds.data_vars)
+    check_variable(variable)
     if variable is None:
         fit = [n for n in names if _advisable(ds[n]) is None]
         if not fit:
             why = "; ".join(f"{n!r}: {_advisable(ds[n])}" for n in names) or "it has none"
-            raise ValueError("expected a data variable with dimensions, none of them empty, and values that are "
-                             f"numbers, booleans or times, to advise on. Got none such: {why}.")
+            raise AdviceInputError("expected a data variable with dimensions, none of them empty, and values that "
+                                   f"are numbers, booleans or times, to advise on. Got none such: {why}.")
         chosen = max(fit, key=lambda n: ds[n].size * ds[n].dtype.itemsize)
     elif variable not in ds.data_vars:
-        raise ValueError(f"no data variable {variable!r}: the dataset has {[str(n) for n in names]}")
+        raise AdviceInputError(f"no data variable {variable!r}: the dataset has {[str(n) for n in names]}")
     else:
         chosen = variable
         reason = _advisable(ds[chosen])
         if reason is not None:
-            raise ValueError(f"cannot advise a layout for data variable {chosen!r}: {reason}")
+            raise AdviceInputError(f"cannot advise a layout for data variable {chosen!r}: {reason}")
     var = ds[chosen]
     same = tuple(str(n) for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
     return str(chosen), same
 
 
-def _check_options(var: Any, *, budget_mb: Any, max_object_mb: Any, max_objects: Any,
-                   layouts: Sequence[Layout] | None, batch: Any) -> None:
-    """TypeError/ValueError for options the search could not use, before anything is probed."""
-    for name, value in (("budget_mb", budget_mb), ("max_object_mb", max_object_mb)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                                  or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"expected {name} as a positive number of MB. Got {value!r} instead.")
-    if max_objects is not None and (isinstance(max_objects, bool) or not isinstance(max_objects, numbers.Integral)
-                                    or max_objects < 1):
-        raise ValueError(f"expected max_objects as a whole number >= 1. Got {max_objects!r} instead.")
-    if not isinstance(batch, Batch):
-        raise TypeError(f"expected batch as xarray_zarrmax.advise.Batch(windows, {{dim: size}}). Got {batch!r}.")
-    if layouts is None:
-        return
-    layouts = list(layouts)
-    if not layouts:
-        raise ValueError("expected at least one layout in layouts=. Got none.")
-    for layout in layouts:
-        shapes = (layout.chunks,) if not isinstance(layout, Layout) or layout.shards is None else (
-            layout.chunks, layout.shards)
-        if not isinstance(layout, Layout) or any(
-                len(sh) != var.ndim or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1
-                                           for n in sh) for sh in shapes):
-            raise ValueError(f"expected layouts of {var.ndim} positive chunk lengths (dimensions {var.dims}), "
-                             f"as Layout(chunks, shards or None). Got {layout!r}.")
-        if layout.shards is not None and any(s % c for s, c in zip(layout.shards, layout.chunks, strict=True)):
-            raise ValueError(f"expected shards that are whole multiples of the chunks. Got {layout!r}.")
+def check_costs(costs: Any) -> None:
+    if costs is not None and not isinstance(costs, Costs):
+        raise wrong_type("costs", "xarray_zarrmax.advise.Costs(...) (or None: probe)", costs)
 
 
-def check_request(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: Hashable | None = None,
-                  budget_mb: Any = None, max_object_mb: Any = None, max_objects: Any = None,
-                  layouts: Sequence[Layout] | None = None, batch: Any = Batch(),
-                  ) -> tuple[str, tuple[str, ...], dict[str, PatternSpec], dict[str, np.ndarray]]:
-    """Everything `advise` checks before it probes (no I/O but the coordinates' values): the variable, the
-    patterns against its dimensions, the constraints and layouts. Returns the variable, those laid out with it,
-    the patterns and the 1-D coordinates of its dimensions."""
+def check_request(ds: Any, patterns: Any, *, variable: Any = None, store: Any = None, storage_options: Any = None,
+                  budget_mb: Any = None, max_object_mb: Any = None, max_objects: Any = None, costs: Any = None,
+                  layouts: Any = None, batch: Any = Batch(), progress: Any = True) -> Request:
+    """Everything `advise` checks before it probes (no I/O but two values of each dimension's coordinate):
+    every argument's type and value (`AdviceTypeError`, `AdviceInputError`, each naming the argument), the
+    variable, the patterns against its dimensions, the constraints and layouts."""
+    check_dataset(ds)
+    parsed = parse_patterns(patterns)
     chosen, same = advised_variables(ds, variable)
     var = ds[chosen]
-    parsed = parse_patterns(patterns)
-    _check_options(var, budget_mb=budget_mb, max_object_mb=max_object_mb, max_objects=max_objects,
-                   layouts=layouts, batch=batch)
+    check_store(store, storage_options)
+    check_costs(costs)
+    check_progress(progress)
+    optional(positive_number, "budget_mb", budget_mb, "a positive number of MB")
+    optional(positive_number, "max_object_mb", max_object_mb, "a positive number of MB")
+    optional(whole_number, "max_objects", max_objects, 1)
+    if not isinstance(batch, Batch):
+        raise wrong_type("batch", "xarray_zarrmax.advise.Batch(windows, {dim: size})", batch)
     dims = tuple(str(d) for d in var.dims)
+    checked = check_layouts(layouts, dims)
     shape = tuple(int(n) for n in var.shape)
-    coords = {d: np.asarray(ds[d].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
+    # two values tell a regular coordinate's step (`patterns._span`): the rest is never loaded
+    coords = {d: np.asarray(ds[d][:2].values) for d in dims if d in ds.coords and ds[d].ndim == 1}
     for name, spec in parsed.items():
         pattern_selections(name, spec, dims, shape, coords, chosen, batch)
-    return chosen, same, parsed, coords
+    return Request(chosen, same, parsed, coords, checked)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What `check_request` found: the variable, those laid out with it, the patterns, two values of each of
+    its dimensions' coordinates, and the layouts given (None: search)."""
+
+    variable: str
+    same: tuple[str, ...]
+    patterns: dict[str, PatternSpec]
+    coords: dict[str, np.ndarray]
+    layouts: list[Layout] | None
 
 
 def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
@@ -360,12 +406,22 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     batch
         The windows of the ``random-batch`` pattern.
     progress
-        True: a progress bar on stderr while the store is probed; False: none; or a callable
-        ``(done, total, what)``.
+        True: a progress bar on stderr while the store is probed, and while layouts are costed once that has
+        taken `tuning.PROGRESS_AFTER_S` (a large batch, many dimensions); False: none; or a callable
+        ``(done, total, what)``, called for both.
+
+    Raises
+    ------
+    AdviceTypeError, AdviceInputError
+        An argument of the wrong type (also a TypeError) or value (a ValueError), named in the message, before
+        anything is probed.
+    StoreAccessError
+        The probe of ``store`` was refused or could not reach it (an OSError).
     """
-    variable, same, patterns, coords = check_request(ds, patterns, variable=variable, budget_mb=budget_mb,
-                                                     max_object_mb=max_object_mb, max_objects=max_objects,
-                                                     layouts=layouts, batch=batch)
+    request = check_request(ds, patterns, variable=variable, store=store, storage_options=storage_options,
+                            budget_mb=budget_mb, max_object_mb=max_object_mb, max_objects=max_objects, costs=costs,
+                            layouts=layouts, batch=batch, progress=progress)
+    variable, patterns = request.variable, request.patterns
     var = ds[variable]
     dims = tuple(str(d) for d in var.dims)
     shape = tuple(int(n) for n in var.shape)
@@ -376,7 +432,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         base = Costs()
         if store is not None:
             show = text_progress(sys.stderr) if progress is True else (progress or None)
-            probed = probe_store(store, storage_options, progress=show)
+            probed = probe_store(os.fspath(store), storage_options, progress=show)
             base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s,
                          connect_s=probed.connect_s)
             local = probed.local
@@ -393,11 +449,15 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,
                     local=local)
     constraints = Constraints(
-        max_object_bytes=None if max_object_mb is None else round(max_object_mb * MB),
+        max_object_bytes=None if max_object_mb is None else max(1, round(max_object_mb * MB)),
         max_objects=max_objects,
-        task_memory_bytes=None if budget_mb is None else round(budget_mb * MB),
+        task_memory_bytes=None if budget_mb is None else max(1, round(budget_mb * MB)),
     )
+    # a bar once costing has run PROGRESS_AFTER_S (most searches end before), or the caller's own callback
+    costing = (deferred(text_progress(sys.stderr, label="costing"), PROGRESS_AFTER_S) if progress is True
+               else progress or None)
     ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
-                  layouts=layouts, coords=coords, variable=variable, variables=same, batch=batch)
+                  layouts=request.layouts, coords=request.coords, variable=variable, variables=request.same,
+                  batch=batch, progress=costing)
     return AdviceReport(variable, dims, shape, {n: weight(s) for n, s in patterns.items()}, costs, reader,
                         calibrated, tuple(ranked))

@@ -5,9 +5,11 @@ counts what our reader sends, decision for decision as `xarray_zarrmax.read.fetc
 unsharded chunk; for a shard, one whole-object GET (in ``split_size`` parts on remote stores) when the read
 needs at least ``full_shard_fraction`` of its chunks and its index is not cached, otherwise one suffix GET
 of the index (``16 * n + 4`` bytes, then cached for the rest of the open) and one GET per run of chunks
-coalesced within ``coalesce_gap``. Counts come from `layout.plan_reads` run on each dimension alone; objects
-whose per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs
-as many simulated objects as there are distinct footprints (a handful), not millions.
+coalesced within ``coalesce_gap``. Per dimension, the objects a range touches and the chunks it touches in
+each come in closed form (what `geometry.plan_reads` lists, in at most three groups); objects whose
+per-dimension footprints are the same fetch the same way, so a full scan of millions of chunks costs as many
+simulated objects as there are distinct footprints (a handful), not millions. Nothing is materialised in
+proportion to the array: only a shard's own chunks (at most `tuning.MAX_SHARD_CHUNKS`) are laid out.
 
 Time is then ``round_trips * latency + requests * request_s + indexes * index_s + chunks * chunk_s +
 bytes / bandwidth + decoded_bytes / decode_rate`` (the rate at the chunk's size): see `predict`.
@@ -17,15 +19,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.core.geometry import Axis, Selection, plan_reads, task_chunks
-from xarray_zarrmax.tuning import JOB_BYTES, PIECE_BYTES, STREAM_BYTES
+from xarray_zarrmax.advise.validate import nonnegative_number, positive_number, shown
+from xarray_zarrmax.core.geometry import Axis, Selection, task_chunks
+from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
+from xarray_zarrmax.tuning import JOB_BYTES, MAX_WINDOW_OBJECTS, MODEL_CACHE_BYTES, PIECE_BYTES, STREAM_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +100,22 @@ class Costs:
     #                         of a 1 MB one (each block's tables are built afresh). Empty: decode_bps at any size
 
     def __post_init__(self) -> None:
+        for name in ("latency_s", "request_s", "chunk_s", "index_s", "index_entry_s", "connect_s"):
+            nonnegative_number(f"Costs {name}", getattr(self, name), "a number of seconds >= 0")
+        for name in ("request_bps", "aggregate_bps", "decode_bps"):
+            positive_number(f"Costs {name}", getattr(self, name), "a positive number of bytes per second")
+        positive_number("Costs ratio", self.ratio, "a positive ratio of encoded to decoded bytes")
         # sorted tuples whatever came in (a list of lists from JSON; sizes in any order): interpolation needs
         # ascending sizes, and a frozen Costs stays hashable
-        curve = tuple(sorted((int(n), float(r)) for n, r in self.decode_curve))
-        if any(n <= 0 or not r > 0 for n, r in curve):
-            raise ValueError(f"expected decode_curve points (chunk bytes > 0, bytes/s > 0). Got {curve!r} instead.")
+        expected = "expected decode_curve points (chunk bytes > 0, bytes/s > 0)"
+        try:
+            curve = tuple(sorted((int(n), float(r)) for n, r in self.decode_curve))
+        except TypeError:
+            raise AdviceTypeError(f"{expected}. Got {shown(self.decode_curve, typed=True)} instead.") from None
+        except ValueError:
+            raise AdviceInputError(f"{expected}. Got {shown(self.decode_curve)} instead.") from None
+        if any(n <= 0 or not 0 < r < math.inf for n, r in curve):
+            raise AdviceInputError(f"{expected}. Got {curve!r} instead.")
         object.__setattr__(self, "decode_curve", curve)
 
     def decode_s(self, chunks: int, decoded_bytes: int) -> float:
@@ -160,11 +176,52 @@ class IndexCache:
     seen: set[tuple[int, ...]] = field(default_factory=set)
 
 
-@lru_cache(maxsize=256)
-def _write_order(chunks_per_shard: tuple[int, ...]) -> np.ndarray:
-    """The chunk coordinates of a shard in the order of its bytes, ``(n, ndim)``: the Morton order zarr-python
+class _ArrayCache:
+    """Least recently used results of numpy arrays, kept up to `tuning.MODEL_CACHE_BYTES` in all (a count of
+    entries would not bound them: one shard of 2^20 chunks lays out 50 MB)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.nbytes = limit, 0
+        self.items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key][0]
+        value = make()
+        size = sum(a.nbytes for a in (value if isinstance(value, tuple) else (value,)))
+        self.items[key] = (value, size)
+        self.nbytes += size
+        while self.nbytes > self.limit and len(self.items) > 1:
+            _, (_, dropped) = self.items.popitem(last=False)
+            self.nbytes -= dropped
+        return value
+
+
+_CACHE = _ArrayCache(MODEL_CACHE_BYTES)
+
+
+def _write_order(grid: tuple[int, ...]) -> np.ndarray:
+    """The flat (C-order) indices of a shard's chunks in the order of its bytes: the Morton order zarr-python
     writes them in (`morton_order`)."""
-    return morton_order(chunks_per_shard)
+    return _CACHE.get(("order", grid), lambda: _morton_permutation(grid))  # type: ignore[no-any-return]
+
+
+def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
+    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`). The code of a cell
+    is the OR of its coordinates' parts, each built on one dimension's coordinates alone and broadcast."""
+    bits = [(int(n) - 1).bit_length() for n in shape]
+    parts = [np.zeros(int(n), dtype=np.int64) for n in shape]
+    out_bit = 0
+    for bit in range(max(bits, default=0)):
+        for d, used in enumerate(bits):
+            if bit < used:
+                parts[d] |= ((np.arange(int(shape[d]), dtype=np.int64) >> bit) & 1) << out_bit
+                out_bit += 1
+    code = np.zeros(shape, dtype=np.int64)
+    for d, part in enumerate(parts):
+        code |= part.reshape([-1 if i == d else 1 for i in range(len(shape))])
+    return np.argsort(code.reshape(-1), kind="stable")
 
 
 def morton_order(shape: tuple[int, ...]) -> np.ndarray:
@@ -174,19 +231,40 @@ def morton_order(shape: tuple[int, ...]) -> np.ndarray:
     costing a search's layouts spent 70% of its time there."""
     if not shape:
         return np.zeros((1, 0), dtype=np.int64)  # a 0-d grid: its one coordinate
-    coords = np.indices(shape).reshape(len(shape), -1)
-    bits = [(int(n) - 1).bit_length() for n in shape]
-    code = np.zeros(coords.shape[1], dtype=np.int64)
-    out_bit = 0
-    for bit in range(max(bits, default=0)):
-        for d, used in enumerate(bits):
-            if bit < used:
-                code |= ((coords[d] >> bit) & 1) << out_bit
-                out_bit += 1
-    return np.ascontiguousarray(coords[:, np.argsort(code, kind="stable")].T)
+    return np.stack(np.unravel_index(_morton_permutation(shape), shape), axis=-1).astype(np.int64)
 
 
-@lru_cache(maxsize=1024)
+def _inside(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...]) -> np.ndarray | None:
+    """The fraction of each chunk of a shard inside the array (``grid``-shaped); None when every chunk is
+    wholly inside (a shard away from the array's edges)."""
+    if all(e >= g * c for g, e, c in zip(grid, extents, chunks, strict=True)):
+        return None
+    fraction = np.ones(grid)
+    for d, (g, e, c) in enumerate(zip(grid, extents, chunks, strict=True)):
+        f = np.clip(e - np.arange(g) * c, 0, c) / c
+        fraction = fraction * f.reshape([-1 if i == d else 1 for i in range(len(grid))])
+    return fraction
+
+
+@lru_cache(maxsize=4096)
+def _stored_bytes(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
+                  compressed: bool) -> int:
+    """The bytes of a shard's stored chunks (`_stored_layout`'s sizes, summed), with no array of its chunks:
+    along each dimension its chunks are whole, one partly inside or wholly outside (not stored), so a shard
+    holds at most 2^ndim kinds of stored chunk, each counted by the product of its dimensions' counts."""
+    kinds = []
+    for g, e, c in zip(grid, extents, chunks, strict=True):
+        whole, part = divmod(min(e, g * c), c)
+        kinds.append([(whole, 1.0)] + ([(1, part / c)] if part else []))
+    total = 0
+    for combo in itertools.product(*kinds):
+        count = math.prod(k for k, _ in combo)
+        if count:
+            fraction = math.prod(f for _, f in combo)
+            total += count * (max(1, round(fraction * chunk_enc)) if compressed else chunk_enc)
+    return total
+
+
 def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
                    compressed: bool) -> tuple[np.ndarray, np.ndarray]:
     """Where a shard's chunks lie in its bytes: per chunk of the grid, its rank among the stored chunks
@@ -197,20 +275,26 @@ def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tupl
     compressed, its fill-value part costs almost nothing, so its size is ``chunk_enc`` times the fraction
     of it inside the array (a 361-row grid in 30-row chunks ends in a chunk of one row: 1/30 of the bytes,
     which decides whether the ranges around it merge); uncompressed, it is stored whole."""
-    inside = [np.clip(e - np.arange(g) * c, 0, c) / c for g, e, c in zip(grid, extents, chunks, strict=True)]
-    fraction = np.ones(grid)
-    for d, f in enumerate(inside):
-        fraction = fraction * f.reshape([-1 if i == d else 1 for i in range(len(grid))])
+    key = ("stored", grid, extents, chunks, chunk_enc, compressed)
+    return _CACHE.get(key, lambda: _lay_out(grid, extents, chunks, chunk_enc, compressed))  # type: ignore[no-any-return]
+
+
+def _lay_out(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
+             compressed: bool) -> tuple[np.ndarray, np.ndarray]:
     order = _write_order(grid)
-    in_order = fraction[tuple(order.T)]
+    fraction = _inside(grid, extents, chunks)
+    rank = np.full(order.size, -1, dtype=np.int64)
+    if fraction is None:  # every chunk stored whole
+        rank[order] = np.arange(order.size)
+        return rank.reshape(grid), np.full(order.size, chunk_enc, dtype=np.int64)
+    in_order = fraction.reshape(-1)[order]
     stored = in_order > 0
-    rank = np.full(grid, -1, dtype=np.int64)
-    rank[tuple(order[stored].T)] = np.arange(int(stored.sum()))
+    rank[order[stored]] = np.arange(int(stored.sum()))
     if compressed:
         sizes = np.maximum(1, np.round(in_order[stored] * chunk_enc)).astype(np.int64)
     else:
         sizes = np.full(int(stored.sum()), chunk_enc, dtype=np.int64)
-    return rank, sizes
+    return rank.reshape(grid), sizes
 
 
 def coalesced_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int) -> tuple[int, int]:
@@ -250,54 +334,68 @@ def capped_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int, cap: int) -> tup
     return requests, nbytes
 
 
+#: Objects along one dimension that a read touches alike: (first object, objects, elements of each inside the
+#: array, chunks touched inside each)
+Footprint = tuple[int, int, int, range]
+
+
 @lru_cache(maxsize=65536)
-def _footprints(start: int, stop: int, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    return tuple((coords[0], tuple(p.coords[0] for p in pieces))
-                 for coords, pieces in plan_reads((Axis(start, stop),), (n,), (outer,), (inner,)))
+def _footprints(start: int, stop: int, n: int, outer: int, inner: int) -> tuple[Footprint, ...]:
+    """The objects of ``outer`` elements (of chunks of ``inner``) along a dimension of ``n`` that the range
+    [start, stop) touches, as `geometry.plan_reads` finds them, in at most three groups: the first object,
+    those wholly inside the range (every chunk of each), the last. O(1) whatever the dimension's length."""
+    if stop <= start:
+        return ()
+    first, last = start // outer, (stop - 1) // outer
+
+    def one(i: int) -> Footprint:
+        lo = i * outer
+        extent = min(outer, n - lo)
+        return i, 1, extent, range((max(start, lo) - lo) // inner, (min(stop, lo + extent) - 1 - lo) // inner + 1)
+
+    if first == last:
+        return (one(first),)
+    between = ((first + 1, last - first - 1, outer, range(outer // inner)),) if last - first > 1 else ()
+    return (one(first), *between, one(last))
 
 
-def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """Per object along one dimension: its index and the chunk indices (inside it) the read touches."""
+def _dimension_footprints(axis: Axis, n: int, outer: int, inner: int) -> tuple[Footprint, ...]:
+    """The objects along one dimension the read touches, grouped by footprint (`_footprints`)."""
     if axis.indices is not None:
         raise ValueError("expected box selections (ranges along every dimension)")
     return _footprints(axis.start, axis.stop, n, outer, inner)
 
 
-def _extent(n: int, outer: int, obj: int) -> int:
-    """Elements of object ``obj`` inside the array along one dimension (less than ``outer`` at the edge)."""
-    return min(outer, n - obj * outer)
-
-
-def _object_fetch(shape: Sequence[int], layout: Layout, obj: tuple[int, ...], touched: Sequence[tuple[int, ...]],
-                  chunk_enc: int, chunk_dec: int, reader: Reader, cached: bool,
-                  compressed: bool) -> tuple[int, int, int, int]:
-    """(requests, index requests, bytes, round trips) for one object read of the chunks ``touched``
+def _object_fetch(layout: Layout, extents: tuple[int, ...], touched: Sequence[Sequence[int]], chunk_enc: int,
+                  chunk_dec: int, reader: Reader, cached: bool, compressed: bool) -> tuple[int, int, int, int]:
+    """(requests, index requests, bytes, round trips) for one object (``extents`` of it inside the array along
+    each dimension) read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it, or for a local shard
     whose touched chunks decode to `tuning.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
     (or, for a file of at most `tuning.PIECE_BYTES` of which at least ``full_shard_fraction`` of the chunks are
     read, the whole file), then the chunks in pieces of at most PIECE_BYTES."""
-    extents = tuple(_extent(int(n), o, i) for n, o, i in zip(shape, layout.outer, obj, strict=True))
     if layout.shards is None:
         inside = math.prod(e / c for e, c in zip(extents, layout.chunks, strict=True))
         nbytes = max(1, round(chunk_enc * inside)) if compressed else chunk_enc
         parts = 1 if reader.local else max(1, -(-nbytes // reader.split_size))
         return parts, 0, nbytes, 1 + (parts > 1)
     grid = tuple(o // c for o, c in zip(layout.shards, layout.chunks, strict=True))
-    rank, sizes = _stored_layout(grid, extents, layout.chunks, chunk_enc, compressed)
     index_nbytes = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
     pieces = math.prod(len(t) for t in touched)
+    stored = _stored_bytes(grid, extents, layout.chunks, chunk_enc, compressed) + index_nbytes
+    whole = not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object()
     if reader.local and pieces * chunk_dec >= STREAM_BYTES:
-        stored = int(sizes.sum()) + index_nbytes
-        if not cached and stored <= PIECE_BYTES and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
+        if whole and stored <= PIECE_BYTES:
             # one read of the file; the pieces are slices of it
             return 1, 0, stored, 1
+        rank, sizes = _stored_layout(grid, extents, layout.chunks, chunk_enc, compressed)
         runs, nbytes = capped_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap, PIECE_BYTES)
         index = 0 if cached else 1
         return runs + index, index, nbytes + index * index_nbytes, 1 + index
-    if not cached and pieces >= reader.full_shard_fraction * layout.chunks_per_object():
-        stored = int(sizes.sum()) + index_nbytes
+    if whole:
         parts = 1 if reader.local else max(1, -(-stored // reader.split_size))
         return parts, 0, stored, 1 + (parts > 1)
+    rank, sizes = _stored_layout(grid, extents, layout.chunks, chunk_enc, compressed)
     runs, nbytes = coalesced_runs(rank[np.ix_(*touched)].ravel(), sizes, reader.coalesce_gap)
     index = 0 if cached else 1
     return runs + index, index, nbytes + (0 if cached else index_nbytes), 1 + index
@@ -320,69 +418,106 @@ def count_read(selections: Sequence[Selection], shape: Sequence[int], itemsize: 
     """
     cache = IndexCache() if cache is None else cache
     total = ReadCounts()
-    chunk_dec = itemsize * math.prod(layout.chunks)
+    fetches: dict[tuple[Any, ...], tuple[int, ...]] = {}  # objects that fetch alike, within this read
+    read: set[tuple[tuple[int, int], ...]] = set()
+    again: dict[tuple[tuple[int, int], ...], ReadCounts] = {}
+    alike: dict[tuple[Any, ...], ReadCounts] = {}
     for axes in selections:
-        per_dim = [_dimension_footprints(a, int(n), o, c)
-                   for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True)]
-        if any(not d for d in per_dim):
+        if layout.shards is None:
+            # No index to cache: a selection costs what any other of the same size and footprints costs, wherever
+            # it lies (a batch's windows, most of them)
+            shape_key = tuple((a.size, tuple(g[1:] for g in _dimension_footprints(a, int(n), o, c)))
+                              for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True))
+            if shape_key not in alike:
+                alike[shape_key] = _count_selection(axes, False, shape, itemsize, layout, chunk_enc, reader, cache,
+                                                    compressed, fetches)
+            total = total + alike[shape_key]
             continue
-        # Objects with the same (extent inside the array, touched chunks) along every dimension fetch alike: per
-        # dimension, count the objects of each footprint, and simulate one object per combination of footprints.
-        # Cached indexes break that symmetry, so reads of several selections (ML batches: small) go one by one.
-        one_by_one = len(selections) > 1 or bool(cache.seen)
-        keyed: list[Counter[tuple[int, int, tuple[int, ...]]]] = []
-        for d, n, o in zip(per_dim, shape, layout.outer, strict=True):
-            keyed.append(Counter((i if one_by_one else -1, _extent(int(n), o, i), t) for i, t in d))
-        groups: list[tuple[int, tuple[int, ...], list[tuple[int, ...]], bool]] = []
-        for combo in itertools.product(*(k.items() for k in keyed)):
-            count = math.prod(m for _, m in combo)
-            keys = [k for k, _ in combo]
-            obj = tuple(i for i, _, _ in keys) if one_by_one else _representative(keys, shape, layout)
-            groups.append((count, obj, [t for _, _, t in keys], one_by_one and obj in cache.seen))
-        objects = requests = index_requests = nbytes = decoded = chunks = indexes = 0
-        per_index = layout.chunks_per_object() if layout.shards is not None else 0
-        rounds_per_object = 1
-        largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
-        for count, obj, touched, seen in groups:
-            r, ir, b, rt = _object_fetch(shape, layout, obj, touched, chunk_enc, chunk_dec, reader, seen, compressed)
-            objects += count
-            requests += r * count
-            index_requests += ir * count
-            nbytes += b * count
-            decoded += math.prod(len(t) for t in touched) * chunk_dec * count
-            chunks += math.prod(len(t) for t in touched) * count
-            indexes += (layout.shards is not None and not seen) * count
-            rounds_per_object = max(rounds_per_object, rt)
-            # what one fetch holds of the reader's in-flight budget (fetch._fetch_object_once): a whole object
-            # at its decoded size; a shard index at its size; a shard's ranges at their size, once indexed
-            n_touched = math.prod(len(t) for t in touched)
-            whole_dec = chunk_dec * layout.chunks_per_object()
-            if not layout.shards or (not seen and n_touched >= reader.full_shard_fraction * layout.chunks_per_object()):
-                largest = max(largest, whole_dec)
-            else:
-                index = 16 * layout.chunks_per_object() + (4 if reader.index_crc32c else 0)
-                largest = max(largest, b if seen else max(index, b - index))
-        if layout.shards is not None and one_by_one:
-            cache.seen.update(obj for _, obj, _, _ in groups)
-        slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))
-        waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
-        result = itemsize * math.prod(a.size for a in axes)
-        in_flight = min(objects, slots) * (nbytes // max(objects, 1))
-        peak = result + in_flight + reader.threads * chunk_dec
-        total = total + ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks, indexes,
-                                   indexes * per_index)
+        # A selection read before costs what it cost the second time from then on: its shard indexes are
+        # all cached (a batch of 1000 windows on a small array repeats most of them)
+        key = tuple((a.start, a.stop) for a in axes)
+        if key in again:
+            total = total + again[key]
+            continue
+        counts = _count_selection(axes, len(selections) > 1, shape, itemsize, layout, chunk_enc, reader, cache,
+                                  compressed, fetches)
+        if key in read:
+            again[key] = counts
+        read.add(key)
+        total = total + counts
     return total
 
 
-def _representative(keys: Sequence[tuple[int, int, tuple[int, ...]]], shape: Sequence[int],
-                    layout: Layout) -> tuple[int, ...]:
-    """An object coordinate with the given extent inside the array along each dimension: the last object
-    where that extent is the edge's, else the first (only the extents matter to `_object_fetch`)."""
-    coords = []
-    for (_, extent, _), n, o in zip(keys, shape, layout.outer, strict=True):
-        last = -(-int(n) // o) - 1
-        coords.append(last if _extent(int(n), o, last) == extent else 0)
-    return tuple(coords)
+def _count_selection(axes: Selection, several: bool, shape: Sequence[int], itemsize: int, layout: Layout,
+                     chunk_enc: int, reader: Reader, cache: IndexCache, compressed: bool,
+                     fetches: dict[tuple[Any, ...], tuple[int, ...]]) -> ReadCounts:
+    """`count_read` of one selection, ``several`` when it is one of many (a batch window)."""
+    chunk_dec = itemsize * math.prod(layout.chunks)
+    per_dim = [_dimension_footprints(a, int(n), o, c)
+               for a, n, o, c in zip(axes, shape, layout.outer, layout.chunks, strict=True)]
+    if any(not d for d in per_dim):
+        return ReadCounts()
+    # Objects with the same (extent inside the array, touched chunks) along every dimension fetch alike: per
+    # dimension, count the objects of each footprint, and simulate one object per combination of footprints.
+    # Cached indexes break that symmetry, so reads of several selections (ML batches: small) go one by one,
+    # up to MAX_WINDOW_OBJECTS objects (a larger window is costed as a whole, its indexes taken as not cached).
+    touching = math.prod(sum(count for _, count, _, _ in d) for d in per_dim)
+    one_by_one = (several or bool(cache.seen)) and touching <= MAX_WINDOW_OBJECTS
+    keyed: list[Counter[tuple[int, int, range]]] = []
+    for d in per_dim:
+        keys: Counter[tuple[int, int, range]] = Counter()
+        for first, count, extent, chunks_in in d:
+            if one_by_one:
+                keys.update((i, extent, chunks_in) for i in range(first, first + count))
+            else:
+                keys[(-1, extent, chunks_in)] += count
+        keyed.append(keys)
+    sharded = layout.shards is not None
+    per_object = layout.chunks_per_object()
+    index_nbytes = 16 * per_object + (4 if reader.index_crc32c else 0)
+    objects = requests = index_requests = nbytes = chunks = indexes = 0
+    rounds_per_object = 1
+    largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
+    read: list[tuple[int, ...]] = []
+    for combo in itertools.product(*(k.items() for k in keyed)):
+        count = math.prod(m for _, m in combo)
+        seen = False
+        if one_by_one and sharded:
+            obj = tuple(key[0] for key, _ in combo)
+            seen = obj in cache.seen
+            read.append(obj)
+        memo = (tuple(key[1] for key, _ in combo), tuple(key[2] for key, _ in combo), seen)
+        fetch = fetches.get(memo)
+        if fetch is None:
+            extents, touched, _ = memo
+            r, ir, b, rt = _object_fetch(layout, extents, touched, chunk_enc, chunk_dec, reader, seen, compressed)
+            n_touched = math.prod(len(t) for t in touched)
+            # what one fetch holds of the reader's in-flight budget (fetch._fetch_object_once): a whole object
+            # at its decoded size; a shard index at its size; a shard's ranges at their size, once indexed
+            if not sharded or (not seen and n_touched >= reader.full_shard_fraction * per_object):
+                hold = chunk_dec * per_object
+            else:
+                hold = b if seen else max(index_nbytes, b - index_nbytes)
+            fetch = fetches[memo] = (r, ir, b, rt, n_touched, hold)
+        r, ir, b, rt, n_touched, hold = fetch
+        objects += count
+        requests += r * count
+        index_requests += ir * count
+        nbytes += b * count
+        chunks += n_touched * count
+        indexes += (sharded and not seen) * count
+        rounds_per_object = max(rounds_per_object, rt)
+        largest = max(largest, hold)
+    decoded = chunks * chunk_dec
+    per_index = per_object if sharded else 0
+    cache.seen.update(read)
+    slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))
+    waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
+    result = itemsize * math.prod(a.size for a in axes)
+    in_flight = min(objects, slots) * (nbytes // max(objects, 1))
+    peak = result + in_flight + reader.threads * chunk_dec
+    return ReadCounts(objects, requests, index_requests, nbytes, decoded, waves, peak, chunks, indexes,
+                      indexes * per_index)
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:

@@ -7,14 +7,23 @@ the selections it makes of an array of given dimensions and shape. No I/O and no
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.advise.validate import is_real, is_whole, shown, whole_number, wrong_type
 from xarray_zarrmax.core.geometry import Axis, Selection
-from xarray_zarrmax.tuning import BATCH_SPACE, BATCH_TIME, BATCH_WINDOWS, MAP_MEAN_STEPS, REGION_DEGREES
+from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
+from xarray_zarrmax.tuning import (
+    BATCH_SPACE,
+    BATCH_TIME,
+    BATCH_WINDOWS,
+    MAP_MEAN_STEPS,
+    MAX_BATCH_WINDOWS,
+    REGION_DEGREES,
+)
 
 KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
 
@@ -28,6 +37,22 @@ class Batch:
 
     windows: int = BATCH_WINDOWS
     window: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        whole_number("Batch windows", self.windows, 1, MAX_BATCH_WINDOWS,
+                     f"a whole number of windows from 1 to {MAX_BATCH_WINDOWS} (tuning.MAX_BATCH_WINDOWS)")
+        object.__setattr__(self, "windows", int(self.windows))
+        if self.window is None:
+            return
+        if not isinstance(self.window, Mapping):
+            raise wrong_type("Batch window", "a mapping {dim: window length}, e.g. {'time': 8, 'lat': 32}",
+                             self.window)
+        window = {}
+        for dim, size in self.window.items():
+            if not isinstance(dim, str):
+                raise wrong_type("Batch window's dimensions", "names (strings)", dim)
+            window[dim] = whole_number(f"Batch window[{dim!r}]", size, 1, what="a window length >= 1")
+        object.__setattr__(self, "window", window)
 
 
 def _time_dimension(dims: Sequence[str]) -> int:
@@ -63,10 +88,9 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     coords = coords or {}
     shape = [int(n) for n in shape]
     if isinstance(spec, tuple):
-        return [_user_selection(name, spec[1], dims, shape, variable)]
+        return [check_selection(name, spec[1], dims, shape, variable)]
     if name not in KNOWN_PATTERNS:
-        raise ValueError(f"unknown access pattern {name!r}: expected one of {', '.join(KNOWN_PATTERNS)}, or a "
-                         f"selection {{dim: slice}} of your own")
+        raise _unknown(name)
     time = _time_dimension(dims)
 
     def at_times(axis: Axis | None = None) -> Selection:
@@ -91,13 +115,9 @@ def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, v
     sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
     for dim, size in (batch.window or {}).items():
         if dim not in dims:
-            raise ValueError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} does "
-                             f"not have: its dimensions are {tuple(dims)}")
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"expected a window of at least 1 element along {dim!r}. Got {size!r} instead.")
+            raise AdviceInputError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} "
+                                   f"does not have: its dimensions are {tuple(dims)}")
         sizes[list(dims).index(dim)] = size
-    if not isinstance(batch.windows, int) or batch.windows < 1:
-        raise ValueError(f"expected at least 1 window in a random batch. Got {batch.windows!r} instead.")
     rng = np.random.default_rng(0)  # the same windows for every candidate
     windows = []
     for _ in range(batch.windows):
@@ -110,35 +130,90 @@ def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, v
     return windows
 
 
-def _user_selection(name: str, selection: Mapping[Hashable, slice | int], dims: Sequence[str],
-                    shape: Sequence[int], variable: str) -> Selection:
+def check_selection(name: str, selection: Any, dims: Sequence[str], shape: Sequence[int],
+                    variable: str = "") -> Selection:
+    """The box a pattern of the user's own reads, ``{dim: index or slice}`` (other dimensions whole), with
+    each value checked against the variable: an index from -n to n - 1 (negative from the end, as NumPy), a
+    slice of step 1 (or none) whose start and stop lie in -n to n and which selects at least one element.
+
+    Raises
+    ------
+    AdviceTypeError
+        The selection is not a mapping, or a value is neither a whole number nor a slice of whole numbers.
+    AdviceInputError
+        A dimension the variable does not have, an index or a slice bound outside the dimension, a slice that
+        selects nothing or has a step. The message names the pattern, the dimension, the value and the range.
+    """
+    if not isinstance(selection, Mapping):
+        raise AdviceTypeError(f"pattern {name!r}: expected its selection as a mapping {{dim: index or slice}}, e.g. "
+                              f"{{'time': slice(0, 744)}}. Got {shown(selection, typed=True)} instead.")
     axes = [Axis(0, int(n)) for n in shape]
     for dim, key in selection.items():
         if dim not in dims:
-            raise ValueError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} does not "
-                             f"have: its dimensions are {tuple(dims)}")
+            raise AdviceInputError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} does "
+                                   f"not have: its dimensions are {tuple(dims)}")
         i = list(dims).index(str(dim))
+        n = int(shape[i])
+        where = f"pattern {name!r}: expected"
+        length = f"(variable {variable!r} has {n} elements along it)"
         if isinstance(key, slice):
-            start, stop, step = key.indices(shape[i])
-            if step != 1:
-                raise ValueError(f"pattern {name!r}: expected slices with step 1. Got {key!r} for {dim!r}.")
-            axes[i] = Axis(start, max(start, stop))
-        else:
-            j = int(key) % shape[i]
+            if any(v is not None and not is_whole(v) for v in (key.start, key.stop, key.step)):
+                raise AdviceTypeError(f"{where} a slice of whole numbers for dimension {dim!r}. Got "
+                                      f"{shown(key)} instead.")
+            if key.step not in (None, 1):
+                raise AdviceInputError(f"{where} a slice with step 1 (or none) for dimension {dim!r}: the advisor "
+                                       f"costs boxes. Got {shown(key)} instead.")
+            if any(v is not None and not -n <= v <= n for v in (key.start, key.stop)):
+                raise AdviceInputError(f"{where} a slice of dimension {dim!r} with start and stop from {-n} to {n} "
+                                       f"{length}. Got {shown(key)} instead.")
+            start, stop, _ = key.indices(n)
+            if stop <= start:
+                raise AdviceInputError(f"{where} a slice of dimension {dim!r} selecting at least one of its {n} "
+                                       f"elements. Got {shown(key)} instead, which selects none.")
+            axes[i] = Axis(start, stop)
+        elif is_whole(key):
+            if not -n <= key < n:
+                raise AdviceInputError(f"{where} an index of dimension {dim!r} from {-n} to {n - 1} {length}. Got "
+                                       f"{key!r} instead.")
+            j = int(key) % n
             axes[i] = Axis(j, j + 1)
+        else:
+            raise AdviceTypeError(f"{where} an index (a whole number) or a slice of whole numbers for dimension "
+                                  f"{dim!r}. Got {shown(key, typed=True)} instead.")
     return tuple(axes)
 
 
-def parse_patterns(patterns: Mapping[str, PatternSpec]) -> dict[str, PatternSpec]:
-    """Check the weights: positive numbers (and at least one pattern)."""
+def _unknown(name: str) -> AdviceInputError:
+    return AdviceInputError(f"unknown access pattern {name!r}: expected one of {', '.join(KNOWN_PATTERNS)}, or a "
+                            f"selection {{dim: slice}} of your own")
+
+
+def parse_patterns(patterns: Any) -> dict[str, PatternSpec]:
+    """Check a mix as users write it: a mapping of pattern names (known ones, or names of your own given a
+    selection) to positive weights, or to ``(weight, {dim: index or slice})``; at least one pattern."""
+    example = "{'timeseries': 0.5, 'map': 0.5}"
+    if not isinstance(patterns, Mapping):
+        raise wrong_type("patterns", f"a mapping of pattern name -> weight, e.g. {example}", patterns)
     if not patterns:
-        raise ValueError(f"expected at least one access pattern, e.g. {{'timeseries': 0.5, 'map': 0.5}}; known "
-                         f"patterns are {', '.join(KNOWN_PATTERNS)}")
+        raise AdviceInputError(f"expected at least one access pattern, e.g. {example}; known patterns are "
+                               f"{', '.join(KNOWN_PATTERNS)}")
     for name, spec in patterns.items():
-        weight = spec[0] if isinstance(spec, tuple) else spec
-        if (isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight)
-                or weight <= 0):
-            raise ValueError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
+        if not isinstance(name, str):
+            raise wrong_type("pattern names", f"strings ({', '.join(KNOWN_PATTERNS)} or names of your own)", name)
+        if isinstance(spec, tuple | list) or isinstance(spec, Mapping):
+            if not isinstance(spec, tuple) or len(spec) != 2 or not isinstance(spec[1], Mapping):
+                raise wrong_type(f"patterns[{name!r}]", "a weight, or (weight, {dim: index or slice}) for a "
+                                 "pattern of your own", spec)
+            weight = spec[0]
+        elif name not in KNOWN_PATTERNS:
+            raise _unknown(name)
+        else:
+            weight = spec
+        if not is_real(weight):
+            raise AdviceTypeError(f"expected a positive weight for pattern {name!r}. Got {shown(weight, typed=True)} "
+                                  "instead.")
+        if not math.isfinite(weight) or weight <= 0:
+            raise AdviceInputError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
     return dict(patterns)
 
 

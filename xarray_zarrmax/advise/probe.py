@@ -15,24 +15,28 @@ local copies of a sample: its fixed work per inner chunk, per request and per sh
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
-from xarray_zarrmax.tuning import DECODE_SIZES
+from xarray_zarrmax.errors import StoreAccessError
+from xarray_zarrmax.tuning import DECODE_SIZES, PROGRESS_AFTER_S
 
 #: A progress callback: (step done, steps in all, what is being done).
 Progress = Callable[[int, int, str], None]
 
+T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class StoreProbe:
@@ -73,12 +77,12 @@ class DecoderProbe:
     curve: tuple[tuple[int, float], ...] = ()
 
 
-def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
+def text_progress(stream: TextIO = sys.stderr, width: int = 30, label: str = "probing") -> Progress:
     """A one-line progress bar (``\\r``-redrawn) on ``stream``, ending with a newline at the last step."""
 
     def show(done: int, total: int, what: str) -> None:
         filled = width * done // max(total, 1)
-        stream.write(f"\rprobing [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<24}")
+        stream.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<24}")
         if done >= total:
             stream.write("\n")
         stream.flush()
@@ -87,14 +91,34 @@ def text_progress(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
 
 
 class _Objects:
+def deferred(progress: Progress, after_s: float = PROGRESS_AFTER_S, every_s: float = 0.1) -> Progress:
+    """``progress`` for work that is usually quick: nothing until ``after_s`` seconds have passed since this
+    was made, then at most one call every ``every_s`` seconds, and the last step (so a bar that was shown ends
+    its line; one that never was stays unshown)."""
+    start = time.monotonic()
+    shown_at: list[float] = []
+
+    def show(done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if now - start < after_s and not shown_at:
+            return
+        if done >= total or not shown_at or now - shown_at[-1] >= every_s:
+            shown_at.append(now)
+            progress(done, total, what)
+
+    return show
+
+
     """PUT, GET (whole or a range) and DELETE of probe objects, on a local directory or an obstore store."""
 
-    def __init__(self, target: str, storage_options: Mapping[str, Any] | None) -> None:
+    def __init__(self, target: str, storage_options: Mapping[str, Any] | None, secrets: Sequence[str] = ()) -> None:
         self.prefix = f"zarrmax-probe-{uuid.uuid4().hex[:12]}"
-        self.target, self.storage_options = target, storage_options
+        self.target, self.storage_options, self.secrets = target, storage_options, tuple(secrets)
         scheme = target.split("://", 1)[0].lower() if "://" in target else ""
         self.local = scheme in ("", "file")
         self.made: list[Path] = []  # folders above the probe's own that did not exist: removed after, too
+        self.label = redact(target, self.secrets)
+        self.written: set[str] = set()  # remote objects PUT: the only ones to delete
         if self.local:
             self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
             self.made = [p for p in reversed(self.root.parents) if not p.exists()]
@@ -110,7 +134,41 @@ class _Objects:
         if not self.local:
             from xarray_zarrmax.storage.obstore import s3_store_from_url
 
-            self.store = s3_store_from_url(self.target, self.storage_options).store
+            source = s3_store_from_url(self.target, self.storage_options)
+            self.store, self.label = source.store, source.label  # the endpoint too, never a credential
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+            if self.label.endswith(" (aws)") and endpoint:  # the store's label misses an endpoint from the environment
+                self.label = f"{self.label.removesuffix(' (aws)')} ({redact(endpoint, self.secrets)})"
+
+    def _remote(self, operation: str, name: str, request: Callable[[], T]) -> T:
+        """One request (or a batch of them) to the remote store; obstore's errors become ours (`_failure`)."""
+        try:
+            return request()
+        except Exception as err:
+            failure = self._failure(operation, name, err)
+        raise failure  # outside the except clause: __context__ is not the original, whose text may hold secrets
+
+    def _failure(self, operation: str, name: str, err: Exception) -> BaseException:
+        """A `StoreAccessError` (a FileNotFoundError for a bucket that does not exist) naming the place probed,
+        the request and the store's reason in one line, with the original (its text credentials-masked) as
+        ``__cause__``: obstore's own errors are no OSError and carry a two-kilobyte dump of the request."""
+        import obstore.exceptions as oe
+
+        request = f"{operation} of {self.prefix}/{name}"
+        reason = one_line_reason(err, self.secrets)
+        text = str(err)
+        failure: BaseException
+        if "NoSuchBucket" in text:
+            failure = FileNotFoundError(f"probing the store at {self.label}: the bucket does not exist ({request}: "
+                                        f"{reason})")
+        elif isinstance(err, oe.PermissionDeniedError | oe.UnauthenticatedError) or _status(text) in (401, 403):
+            failure = StoreAccessError(f"probing the store at {self.label}: the {request} was refused ({reason}); "
+                                       "check the credentials (storage_options, or AWS_* in the environment) and "
+                                       "that they may write there")
+        else:
+            failure = StoreAccessError(f"probing the store at {self.label}: the {request} failed ({reason})")
+        failure.__cause__ = scrubbed(err, self.secrets)
+        return failure
 
     def put(self, name: str, data: bytes) -> None:
         if self.local:
@@ -118,7 +176,8 @@ class _Objects:
         else:
             import obstore
 
-            obstore.put(self.store, f"{self.prefix}/{name}", data)
+            self._remote("PUT", name, lambda: obstore.put(self.store, f"{self.prefix}/{name}", data))
+            self.written.add(name)
 
     def get(self, name: str, nbytes: int) -> int:
         """The first ``nbytes`` bytes of an object; returns how many came."""
@@ -130,7 +189,8 @@ class _Objects:
                 os.close(fd)
         import obstore
 
-        return len(obstore.get_range(self.store, f"{self.prefix}/{name}", start=0, end=nbytes))
+        return len(self._remote("GET", name, lambda: obstore.get_range(self.store, f"{self.prefix}/{name}", start=0,
+                                                                     end=nbytes)))
 
     def get_many(self, name: str, nbytes: int, count: int) -> None:
         """``count`` GETs of the first ``nbytes`` bytes at once (async on the I/O loop); local: one after the
@@ -149,7 +209,7 @@ class _Objects:
             await asyncio.gather(*(obstore.get_range_async(self.store, f"{self.prefix}/{name}", start=0,
                                                            end=nbytes) for _ in range(count)))
 
-        run_sync(gets())
+        self._remote(f"{count} GETs at once", name, lambda: run_sync(gets()))
 
     def cleanup(self, names: list[str]) -> None:
         if self.local:
@@ -165,7 +225,43 @@ class _Objects:
             import obstore
 
             for name in names:
-                obstore.delete(self.store, f"{self.prefix}/{name}")
+                if name in self.written:
+                    self._remote("DELETE", name, partial(obstore.delete, self.store, f"{self.prefix}/{name}"))
+
+
+_STATUS = re.compile(r"status code: (\d{3})(?: ([A-Za-z][A-Za-z ]*))?")
+
+
+def _status(text: str) -> int | None:
+    match = _STATUS.search(text)
+    return int(match.group(1)) if match else None
+
+
+def one_line_reason(err: BaseException, secrets: Sequence[str] = ()) -> str:
+    """Why a store request failed, in one line and credentials masked, from an obstore error's text: the
+    HTTP status and the S3 error's code and message (``403 Forbidden, SignatureDoesNotMatch: The request
+    signature ...``), or the transport's failure and its cause (``HTTP error: error sending request
+    (Connection refused), after 1 retries``), never its debug dump of the request."""
+    text = redact(str(err), secrets)
+    lines = text.strip().splitlines()
+    head = lines[0] if lines else type(err).__name__
+    status = _STATUS.search(text)
+    if status:
+        parts = [" ".join(p for p in status.groups() if p).strip()]
+        for tag in ("Code", "Message"):
+            found = re.search(rf"<{tag}>([^<]*)</{tag}>", text)
+            if found:
+                parts.append(found.group(1).strip())
+        reason = ", ".join(parts[:2]) + (f": {parts[2]}" if len(parts) > 2 else "")
+    else:
+        reason = head.split(" - ", 1)[1].strip() if " - " in head else head
+        cause = re.search(r'message: "([^"]+)"', text)
+        if cause and cause.group(1) not in reason:
+            reason += f" ({cause.group(1)})"
+    retries = re.search(r"after (\d+) retries", head)
+    if retries and retries.group(1) != "0":
+        reason += f", after {retries.group(1)} retries"
+    return reason[:300]
 
 
 def probe_place(url: str) -> str:
@@ -186,8 +282,11 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
                 repeats: int = 5, parallel: int = 8, many: int = 64,
                 progress: Progress | None = None) -> StoreProbe:
     """Time GETs against ``target`` (a local directory or an ``s3://bucket/prefix/``), then delete what was
-    written. Errors come with the credentials masked (those in ``target``, ``storage_options`` and an
-    ``AWS_ENDPOINT_URL``) and a note naming the place probed.
+    written. Errors come with the credentials masked (those in ``target``, ``storage_options`` and the
+    ``AWS_*`` environment) and a note naming the place probed. A remote store's refusal or failure (wrong
+    credentials, an endpoint that does not answer) is a `StoreAccessError` (an OSError) naming the place, its
+    endpoint, the request and the store's reason in one line, obstore's error as its ``__cause__``; a bucket
+    that does not exist, a FileNotFoundError.
 
     Parameters
     ----------
@@ -200,10 +299,11 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
     many
         Small GETs at once for the work per request and per new connection (best of 3 each).
     """
-    secrets = (*url_secrets(target), *secrets_in(storage_options), *url_secrets(os.environ.get("AWS_ENDPOINT_URL", "")))
+    secrets = (*url_secrets(target), *secrets_in(storage_options), *url_secrets(os.environ.get("AWS_ENDPOINT_URL", "")),
+               *secrets_in({k: v for k, v in os.environ.items() if k.startswith("AWS_")}))
     try:
-        return _probe_store(target, storage_options, large=large, repeats=repeats, parallel=parallel, many=many,
-                            progress=progress)
+        return _probe_store(target, storage_options, secrets, large=large, repeats=repeats, parallel=parallel,
+                            many=many, progress=progress)
     except Exception as err:
         failure = scrubbed(err, secrets)
         failure.add_note(f"while probing the store at {redact(target, secrets)} (timing a few GETs of objects "
@@ -211,8 +311,8 @@ def probe_store(target: str, storage_options: Mapping[str, Any] | None = None, *
     raise failure  # outside the except clause: not even __context__ keeps the store's own text
 
 
-def _probe_store(target: str, storage_options: Mapping[str, Any] | None, *, large: int, repeats: int,
-                 parallel: int, many: int, progress: Progress | None) -> StoreProbe:
+def _probe_store(target: str, storage_options: Mapping[str, Any] | None, secrets: Sequence[str], *, large: int,
+                 repeats: int, parallel: int, many: int, progress: Progress | None) -> StoreProbe:
     steps = repeats + 5  # PUT, the latency GETs, many at once, one stream, parallel streams, DELETE
     done = 0
 
@@ -222,8 +322,8 @@ def _probe_store(target: str, storage_options: Mapping[str, Any] | None, *, larg
         if progress is not None:
             progress(done, steps, what)
 
-    objects = _Objects(target, storage_options)
-    names = ["large"]
+    objects = _Objects(target, storage_options, secrets)
+    names = ["large"]  # remotely, only those written are deleted
     try:
         objects.put("large", os.urandom(large))  # incompressible: no transport compression flatters it
         step("PUT probe objects")
@@ -316,7 +416,8 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
     with zstd to a temporary directory four times and read with ``engine="zarrmax"`` (best of ``repeats``
     fresh opens; the open is not timed): as one chunk; as one shard of ``chunks`` chunks read whole; as
     ``chunks`` unsharded objects read whole; as ``chunks`` shards of 8 chunks, one chunk read from each. The
-    differences per chunk, per object and per shard beyond the first give the three costs."""
+    differences per chunk, per object and per shard beyond the first give the three costs. The decoded-chunk
+    cache is off while it reads: the advisor costs reads as a cold cache does."""
     import tempfile
     import warnings
 

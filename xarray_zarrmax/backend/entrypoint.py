@@ -15,7 +15,13 @@ from xarray import DataTree
 from xarray.backends import BackendEntrypoint, StoreBackendEntrypoint
 
 from xarray_zarrmax.backend.arrays import parse_device
-from xarray_zarrmax.backend.options import OpenOptions, dropped_names, open_method, parameter_names
+from xarray_zarrmax.backend.options import (
+    OpenOptions,
+    dropped_names,
+    names_argument,
+    open_method,
+    parameter_names,
+)
 from xarray_zarrmax.backend.store import ZarrmaxStore
 from xarray_zarrmax.metadata.nodes import parse_group_path
 from xarray_zarrmax.storage.resolve import resolve_source
@@ -43,9 +49,7 @@ class ZarrmaxBackendEntrypoint(BackendEntrypoint):
         """The group ``group`` (the root by default) as a Dataset; ``variables`` opens only those named."""
         device = parse_device(options.device)
         source = resolve_source(filename_or_obj, options.storage_options)
-        variables = options.variables
-        if isinstance(variables, str):
-            variables = [variables]
+        variables = None if options.variables is None else names_argument("variables", options.variables)
         dropped = dropped_names(options.drop_variables)
         call = opener_call()
         store = ZarrmaxStore.open(source, group=options.group, consolidated=options.consolidated,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from xarray_zarrmax.backend.arrays import DeviceSpec
+from xarray_zarrmax.errors import ArgumentTypeError
 from xarray_zarrmax.xarray_compat import passes_through
 
 
@@ -59,11 +60,21 @@ class OpenOptions:
 
 def dropped_names(drop_variables: Any) -> set[Any]:
     """``drop_variables`` as xarray's decoding reads it (a string is one name, None none, anything else
-    ``set()`` of it, with the same errors), read once: an iterator passed on would be spent here and drop
-    nothing in xarray's decoding."""
-    if isinstance(drop_variables, str):
-        return {drop_variables}
-    return set() if drop_variables is None else set(drop_variables)
+    ``set()`` of it), read once: an iterator passed on would be spent here and drop nothing in xarray's
+    decoding."""
+    return set() if drop_variables is None else names_argument("drop_variables", drop_variables)
+
+
+def names_argument(argument: str, value: Any) -> set[Any]:
+    """A name or an iterable of names (``variables``, ``drop_variables``) as a set; anything else is an
+    `ArgumentTypeError` (engine="zarr": the TypeError of iterating it, naming nothing)."""
+    if isinstance(value, str):
+        return {value}
+    try:
+        return set(value)
+    except TypeError:
+        raise ArgumentTypeError(f"expected {argument} as a name or an iterable of names. Got "
+                                f"{type(value).__name__}.") from None
 
 
 def open_method[R](*, without: Iterable[str] = ()) -> Callable[[Callable[[Any, Any, OpenOptions], R]],

@@ -10,6 +10,7 @@ arrives, index coordinates read first, while the rest of the metadata is still i
 
 from __future__ import annotations
 
+import math
 import posixpath
 import types
 import uuid
@@ -37,6 +38,7 @@ from xarray_zarrmax.core.loop import run_sync
 from xarray_zarrmax.errors import MetadataError, MetadataTypeError, MissingDimensionsError
 from xarray_zarrmax.metadata.loader import load_group, load_tree
 from xarray_zarrmax.metadata.nodes import ArrayNode, GroupNode
+from xarray_zarrmax.read import index_cache
 from xarray_zarrmax.read.fetch import read_selection_async
 from xarray_zarrmax.storage.abc import ByteSource
 from xarray_zarrmax.xarray_compat import decode_fill_value, user_stacklevel
@@ -81,10 +83,12 @@ class ZarrmaxStore(AbstractDataStore):
                                           variables=wanted, on_array=store.on_array))
         if store.group.unconsolidated:
             _warn_unconsolidated()
+        _warn_left_out([store.group])
         if wanted is not None:
             missing = wanted - set(store.group.arrays)
             if missing:
-                raise KeyError(f"variables {sorted(missing)} not found in {source.label} (group {group or '/'!r})")
+                raise KeyError(f"variables {sorted(missing, key=repr)} not found in {source.label} "
+                               f"(group {group or '/'!r})")
         return store
 
     @classmethod
@@ -117,6 +121,7 @@ class ZarrmaxStore(AbstractDataStore):
             store.group = node
         if any(node.unconsolidated for node in groups.values()):
             _warn_unconsolidated()
+        _warn_left_out(groups.values())
         return out
 
     def mask_with_fill_value(self, node: ArrayNode) -> bool:
@@ -269,11 +274,19 @@ class ZarrmaxStore(AbstractDataStore):
     async def preload_index(self, node: ArrayNode) -> None:
         """Read an index coordinate's values."""
         wrapper = self.wrapper(node, on_host=True)
-        if isinstance(wrapper, ZarrmaxArray):
-            values = await read_selection_async(wrapper.plan, self.source, full_selection(wrapper.shape), self.token)
-        else:
-            assert isinstance(wrapper, FallbackArray)
-            values = await wrapper.read_async(tuple(slice(None) for _ in wrapper.shape))
+        try:
+            if isinstance(wrapper, ZarrmaxArray):
+                values = await read_selection_async(wrapper.plan, self.source, full_selection(wrapper.shape),
+                                                    self.token)
+            else:
+                assert isinstance(wrapper, FallbackArray)
+                values = await wrapper.read_async(tuple(slice(None) for _ in wrapper.shape))
+        except MemoryError as err:  # a declared shape too large for memory: say which coordinate, and why read
+            n = math.prod(wrapper.shape)
+            err.add_note(f"while reading index coordinate {node.name!r} of {self.source.label} at open: {n} values "
+                         f"of {wrapper.dtype}, {n * wrapper.dtype.itemsize / 1e12:.2f} TB; xarray builds its index "
+                         "from them")
+            raise
         self._preloaded[node.name] = values
 
     def get_variables(self) -> Mapping[str, Variable]:
@@ -300,7 +313,19 @@ class ZarrmaxStore(AbstractDataStore):
         return dims
 
     def close(self) -> None:
-        pass
+        # The shard indexes this open cached: no other open uses them (the token is this store's), so they go
+        # now rather than sit in the cache until it is full. Reads after close still work, reading them again.
+        index_cache.forget_store(self.token)
+
+
+def _warn_left_out(groups: Iterable[GroupNode]) -> None:
+    """A warning for each array left out of its group (`metadata.nodes.member_array_v3`), of the type of
+    engine="zarr"'s for the same array (zarr's ZarrUserWarning, a UserWarning): its filters apply to ours."""
+    from zarr.errors import ZarrUserWarning
+
+    for group in groups:
+        for why in group.left_out:
+            warnings.warn(why, ZarrUserWarning, stacklevel=user_stacklevel())
 
 
 def _warn_unconsolidated() -> None:

@@ -1,4 +1,5 @@
-"""Request accounting a user can see: how many GET/LIST/HEAD/PUT/DELETE requests, and how many bytes, per store.
+"""Request accounting a user can see: how many GET/LIST/HEAD/PUT/DELETE requests, and how many bytes, per store;
+and how many were sent again (``retries``) and answered "overloaded" (``throttled``).
 
 >>> with xarray_zarrmax.request_counts() as counts:
 ...     ds = xr.open_dataset(url, engine="zarrmax", chunks={})
@@ -13,11 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 KINDS = ("get", "list", "head", "put", "delete")
+#: What happened to requests rather than requests asked for: ``retries``, requests sent again after a failure
+#: (each one more request on the wire, not counted in its kind again); ``throttled``, answers that said the store
+#: is overloaded (503 SlowDown, 429), each followed by a retry or an error.
+EVENTS = ("retries", "throttled")
 
 
 @dataclass(slots=True)
 class StoreCounts:
-    """Counts for one store label. ``get`` counts every GET, whole-object or ranged."""
+    """Counts for one store label. ``get`` counts every GET, whole-object or ranged, once however often it was
+    sent; ``retries`` and ``throttled`` are `EVENTS`."""
 
     get: int = 0
     list: int = 0
@@ -25,6 +31,8 @@ class StoreCounts:
     put: int = 0  # every PUT, conditional or not (a local file written counts as one)
     delete: int = 0
     bytes: int = 0
+    retries: int = 0
+    throttled: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"get": self.get, "list": self.list, "head": self.head, "put": self.put, "delete": self.delete,
@@ -39,8 +47,8 @@ class RequestCounts:
     keys: list[tuple[str, str, str]] = field(default_factory=list)
 
     def total(self, kind: str) -> int:
-        if kind not in (*KINDS, "bytes"):
-            raise ValueError(f"kind must be one of {(*KINDS, 'bytes')}. Got {kind!r} instead.")
+        if kind not in (*KINDS, "bytes", *EVENTS):
+            raise ValueError(f"kind must be one of {(*KINDS, 'bytes', *EVENTS)}. Got {kind!r} instead.")
         return sum(getattr(c, kind) for c in self.by_store.values())
 
     def __repr__(self) -> str:

@@ -64,6 +64,7 @@ from xarray_zarrmax.metadata.nodes import (
     check_member_name,
     coordinate_names,
     join_key,
+    member_array_v3,
     member_node_type,
     parse_document,
     parse_group_path,
@@ -139,6 +140,7 @@ class HierarchyLoader:
         self.unconsolidated = False
         # Objects fetched before they were needed (None: found missing), each handed out once: never asked twice.
         self._read_ahead: dict[str, Any] = {}
+        self._left_out: dict[str, list[str]] = {}  # by group: why arrays were left out (`member_array_v3`)
 
     async def load(self, zarr_format: int | None) -> dict[str, GroupNode]:
         if not self.source.supports_consolidated_metadata:
@@ -465,7 +467,8 @@ class HierarchyLoader:
         arrays = await children(path, [n for n in names if self._wanted(n)], descend)
         if self.variables is not None:
             arrays.update(await children(path, sorted((coordinate_names(arrays) & set(names)) - set(arrays)), descend))
-        self.groups[path] = GroupNode(path, zarr_format, dict(attributes or {}), self._ordered(arrays, names))
+        self.groups[path] = GroupNode(path, zarr_format, dict(attributes or {}), self._ordered(arrays, names),
+                                      left_out=tuple(self._left_out.pop(path, ())))
 
     async def _children_v3(self, path: str, names: list[str], descend: bool) -> dict[str, ArrayNode]:
         source = self.source
@@ -480,14 +483,19 @@ class HierarchyLoader:
             kind = member_node_type(cdoc, repr(key), source)
             if kind == "group" and not descend:
                 return  # a subgroup: not a variable of this group
-            check_format(cdoc, 3, key, source)
             if kind == "group":
+                check_format(cdoc, 3, key, source)
                 if consolidated_members(cdoc) is not None:  # as zarr-python's walk: used, whatever `consolidated`
                     await self._subtree_from_group(cpath, cdoc, met_in_walk=True)
                 else:
                     await self._live(cpath, 3, cdoc.get("attributes"), None, descend=True)
                 return
-            node = arrays[name] = array_node_v3(name, cpath, cdoc, source, self.parser)
+            node = member_array_v3(name, cpath, cdoc, source, self.parser,
+                                   asked_for=self.variables is not None and name in self.variables)
+            if isinstance(node, str):
+                self._left_out.setdefault(path, []).append(node)  # as engine="zarr": warned about, left out
+                return
+            arrays[name] = node
             await self._announce([(path, node)])
 
         await gather_or_cancel(*(child(n) for n in names))

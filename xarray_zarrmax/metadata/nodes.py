@@ -19,7 +19,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from xarray_zarrmax.errors import MetadataError, MetadataRangeError, MetadataTypeError, NodeNotFoundError
+from xarray_zarrmax.errors import (
+    ArgumentTypeError,
+    MetadataError,
+    MetadataRangeError,
+    MetadataTypeError,
+    NodeNotFoundError,
+)
 from xarray_zarrmax.storage.abc import ByteSource
 
 V3_KEY = "zarr.json"
@@ -64,6 +70,8 @@ class GroupNode:
     arrays: dict[str, ArrayNode]
     #: ``consolidated=None`` found no consolidated metadata at the root: engine="zarr" warns then.
     unconsolidated: bool = False
+    #: Why each member array left out was left out (`member_array_v3`): the caller warns, as engine="zarr" does.
+    left_out: tuple[str, ...] = ()
 
 
 def join_key(*parts: str) -> str:
@@ -78,7 +86,7 @@ def parse_group_path(group: str | None) -> str:
     if group is None:
         return ""
     if not isinstance(group, str):
-        raise TypeError(f"group must be a str or None. Got {type(group).__name__}: {group!r}")
+        raise ArgumentTypeError(f"expected group as a str or None. Got {type(group).__name__}: {group!r}")
     path = re.sub("/+", "/", group.replace("\\", "/")).strip("/")
     segments = path.split("/")
     if "." in segments or ".." in segments:
@@ -257,6 +265,31 @@ def array_node_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource,
         meta, structure = parser.parse_with_structure(doc, 3, join_key(source.label, path))
     except Exception as err:
         raise _invalid_array(err, join_key(path, V3_KEY), source) from None
+    return ArrayNode(name, path, meta, doc, structure)
+
+
+def member_array_v3(name: str, path: str, doc: dict[str, Any], source: ByteSource, parser: MetadataParser, *,
+                    asked_for: bool) -> ArrayNode | str:
+    """Member array ``name`` of a group read live, as `array_node_v3`; or, where zarr-python cannot read its
+    document for a key it lacks (its parse raises KeyError: ``codecs``, which GDAL leaves out, ``shape``...),
+    why it is left out of its group: engine="zarr" leaves it out with a warning, the caller gives that warning.
+    One asked for by name (``variables=``) raises `MetadataError` instead, as opening it alone raises there."""
+    key = join_key(path, V3_KEY)
+    if "zarr_format" in doc:  # without one, zarr-python's KeyError (first thing it reads): left out below
+        check_format(doc, 3, key, source)
+    try:
+        meta, structure = parser.parse_with_structure(doc, 3, join_key(source.label, path))
+    except KeyError as err:
+        missing = err.args[0] if err.args else None
+        what = (f"its metadata {key!r} has no {missing!r}, which Zarr v3 requires"
+                if isinstance(missing, str) and missing not in doc else
+                f"zarr-python cannot read its metadata {key!r}: KeyError: {err}")
+        if asked_for:
+            raise MetadataError(f"array {name!r} of {source.label}: {what}: it cannot be read") from None
+        return (f"left out array {name!r} of {source.label}: {what} (GDAL writes arrays without 'codecs'); "
+                'engine="zarr" leaves it out too')
+    except Exception as err:
+        raise _invalid_array(err, key, source) from None
     return ArrayNode(name, path, meta, doc, structure)
 
 

@@ -5,7 +5,10 @@ that request, so the cache must prove freshness at no extra request: an entry is
 holds the version (ETag, file identity and timestamps) of the object it came from; the ranges read with it are
 conditional on that version, and a changed object drops the entry (`forget`) and is read afresh. Only versions
 that change whenever the object does are cached (`Fetched.cacheable`). Bounded by `tuning.INDEX_CACHE_BYTES`,
-least recently used first out.
+least recently used first out, each entry counted with what it costs beyond its index (`tuning.INDEX_ENTRY_BYTES`).
+
+A store's token is its open's (`ZarrmaxStore`): no later open uses its entries, so closing the Dataset drops them
+(`forget_store`); without that, every open/read/close cycle left its indexes behind until the cap pushed them out.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.storage.abc import Fetched
-from xarray_zarrmax.tuning import INDEX_CACHE_BYTES
+from xarray_zarrmax.tuning import INDEX_CACHE_BYTES, INDEX_ENTRY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,7 @@ class CachedIndex:
 
 _index_cache: OrderedDict[tuple[str, str], CachedIndex] = OrderedDict()
 _index_cache_bytes = 0
+_keys_of: dict[str, set[str]] = {}  # the keys kept for each store token, for `forget_store`
 _index_lock = threading.Lock()
 
 
@@ -57,28 +61,52 @@ def remember(token: str, key: str, index: np.ndarray, fetched: Fetched) -> None:
         forget(token, key)
         return
     with _index_lock:
-        previous = _index_cache.pop((token, key), None)
-        if previous is not None:
-            _index_cache_bytes -= previous.index.nbytes
+        _drop(token, key)
         _index_cache[(token, key)] = CachedIndex(index, fetched.version)
-        _index_cache_bytes += index.nbytes
+        _keys_of.setdefault(token, set()).add(key)
+        _index_cache_bytes += _cost(index)
         while _index_cache_bytes > INDEX_CACHE_BYTES and len(_index_cache) > 1:
-            _, evicted = _index_cache.popitem(last=False)
-            _index_cache_bytes -= evicted.index.nbytes
+            (old_token, old_key), _ = next(iter(_index_cache.items()))
+            _drop(old_token, old_key)
 
 
 def forget(token: str, key: str) -> None:
     """Drop the index kept for ``key``: its object changed, or its version cannot prove freshness."""
-    global _index_cache_bytes
     with _index_lock:
-        previous = _index_cache.pop((token, key), None)
-        if previous is not None:
-            _index_cache_bytes -= previous.index.nbytes
+        _drop(token, key)
 
 
+def forget_store(token: str) -> None:
+    """Drop every index kept for the store ``token`` names: it was closed, and no other store shares a token."""
+    with _index_lock:
+        for key in list(_keys_of.get(token, ())):
+            _drop(token, key)
+
+
+def _cost(index: np.ndarray) -> int:
+    return index.nbytes + INDEX_ENTRY_BYTES
+
+
+def _drop(token: str, key: str) -> None:
+    """Drop one entry, if kept; the caller holds the lock."""
+    global _index_cache_bytes
+    previous = _index_cache.pop((token, key), None)
+    if previous is None:
+        return
+    _index_cache_bytes -= _cost(previous.index)
+    keys = _keys_of[token]
+    keys.discard(key)
+    if not keys:
+        del _keys_of[token]
 
 
 def tokens() -> set[str]:
     """The store tokens that have indexes kept (for benchmarks that check what a read cached)."""
     with _index_lock:
         return {token for token, _ in _index_cache}
+
+
+def size() -> tuple[int, int]:
+    """The indexes kept and the bytes counted against `INDEX_CACHE_BYTES` (for soaks that watch the cap)."""
+    with _index_lock:
+        return len(_index_cache), _index_cache_bytes

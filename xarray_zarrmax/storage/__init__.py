@@ -10,6 +10,8 @@
 - `resolve`: what the user passed (a path, a URL with ``storage_options``, a store, a session) turned into one of
   them: `resolve_source`, `resolve_sink`; `glob` for ``open_mfdataset``.
 - `registry`: the per-process registry of sources unpickled on a worker, and the fork guard of obstore.
+- `retry`: which failed requests are sent again, how often (per request and per process), and what a store's
+  overload answers (503 SlowDown, 429) do to the process's requests in flight.
 
 A shard read: `xarray_zarrmax.read.fetch` asks the source `resolve_source` chose for the shard's index
 (`ByteSource.get_suffix`) and then its chunks' byte ranges (`ByteSource.get_ranges`, conditional on the index's

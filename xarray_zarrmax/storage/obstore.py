@@ -8,8 +8,12 @@ large object is fetched as parallel ranges.
 Writes: a PUT is atomic (so is a multipart upload, used for objects above ``config.multipart_threshold``: the object
 appears when it completes). A read-merge-write PUTs with ``If-Match`` on the ETag it read (``If-None-Match: *``
 when there was no object), always in one request; when another writer got there first (412), it reads again,
-merges again and retries. Failed requests are retried by obstore (the store's retry config); retrying is
-idempotent, since a merge only ever writes the same values over the same elements.
+merges again and retries. Retrying is idempotent, since a merge only ever writes the same values over the same
+elements.
+
+Failed requests are retried as `storage.retry` says: by us for the S3 stores built here from a URL (each retry and
+each overload answer counted, overload lowering the process's requests in flight), by obstore where the store's
+own retry config is in force.
 
 Errors become built-in or our types (obstore's own are no OSError), credentials masked: a store's label never
 holds them, and `ObstoreSource` knows which values of its config to mask.
@@ -17,11 +21,9 @@ holds them, and `ObstoreSource` knows which values of its config to mask.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pickle
 import random
-import re
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +33,6 @@ from urllib.parse import urlparse
 
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core import accounting
-from xarray_zarrmax.core.budget import request_slot
 from xarray_zarrmax.core.bytes import Buffer, Encoded, Pieces, Segments
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
 from xarray_zarrmax.core.redact import redact, secrets_in
@@ -49,47 +50,31 @@ from xarray_zarrmax.storage.abc import (
     noted,
 )
 from xarray_zarrmax.storage.registry import check_not_forked, restore
+from xarray_zarrmax.storage.retry import Progress, Resend, is_transient, send, status_of
 from xarray_zarrmax.tuning import MAX_BACKOFF_S, MERGE_ATTEMPTS, PART_CONCURRENCY
 
-# -- which failures are worth a retry ----------------------------------------------------------------------------
-
-#: obstore errors that say the request may succeed if sent again.
-_TRANSIENT_WORDS = ("timed out", "timeout", "connection", "reset", "broken pipe", "error sending request",
-                    "incomplete", "eof", "slow down", "unexpected end", "body error")
-
-
-_STATUS = re.compile(r"status code: (\d{3})")
-
-
-def _status(err: BaseException) -> int | None:
-    """The HTTP status a store's error reports (not any number that happens to be in a key)."""
-    match = _STATUS.search(str(err))
-    return int(match.group(1)) if match else None
-
-
-def is_transient(err: BaseException) -> bool:
-    """Whether a failed request may succeed if sent again (a 5xx, 408 or 429 answer, or a broken connection)."""
-    status = _status(err)
-    if status is not None:
-        return status >= 500 or status in (408, 429)  # the server answered: only these may change on retry
-    text = str(err).lower()
-    return any(w in text for w in _TRANSIENT_WORDS)
+# -- reads -----------------------------------------------------------------------------------------------------
 
 
 # -- reads -----------------------------------------------------------------------------------------------------
 
 
 class ObstoreSource(ByteSource):
-    """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop."""
+    """An obstore store (S3Store, LocalStore, HTTPStore, ...); requests are async and share the loop.
 
-    def __init__(self, store: Any, label: str | None = None) -> None:
+    ``direct``: the same store with obstore's retries off, which our own requests go through so that we retry
+    them ourselves (`storage.retry`); ``store`` keeps its retries for what reads it through zarr-python.
+    """
+
+    def __init__(self, store: Any, label: str | None = None, direct: Any = None) -> None:
         self.store = store
         self.label = label or _obstore_label(store)
+        self.direct = direct
         self._secrets = _obstore_secrets(store)  # rebuilt on unpickle, never pickled
         self._zarr_store: Any = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (restore, (ObstoreSource, pickle.dumps({"store": self.store}), self.label))
+        return (restore, (ObstoreSource, pickle.dumps({"store": self.store, "direct": self.direct}), self.label))
 
     def failure(self, err: BaseException, what: str, key: str) -> BaseException:
         """What a failed request ``what key`` raises: built-in or our types (obstore's own are no OSError), the
@@ -109,39 +94,28 @@ class ObstoreSource(ByteSource):
         if "NoSuchBucket" in str(err):
             return FileNotFoundError(f"{self.label}: the bucket does not exist")
         return RequestFailed(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
-                             f"{first_line(err, self._secrets)}", _status(err))
+                             f"{first_line(err, self._secrets)}", status_of(err))
 
-    async def _call(self, what: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """Send one request under the process's budget; errors become built-in or our exceptions.
-
-        obstore already retries failed requests (5xx, connection errors, timeouts) with backoff, as its
-        retry_config says. A body that breaks off after the response began is not retried there, so it is
-        here, ``config.retries`` times.
-        """
+    async def _call(self, what: str, key: str, fn: Any, *args: Any, resend: Resend = "read",
+                    obstore_retries: bool = False, **kwargs: Any) -> Any:
+        """Send one request under the process's budget, again as `storage.retry.send` allows (``resend``: what
+        kind of request it is); errors become built-in or our exceptions. A response's body is read here, so
+        that one breaking off is sent again too. ``obstore_retries``: through the store with obstore's retries
+        even where we retry the rest ourselves (a multipart upload: obstore resends a failed part, not the
+        whole upload)."""
         check_not_forked(self.label)
-        retries = get_config().retries
-        for attempt in range(retries + 1):
-            body_started = False
-            failure: BaseException
-            try:
-                async with request_slot():
-                    result = await fn(self.store, *args, **kwargs)
-                    if hasattr(result, "bytes_async"):
-                        body_started = True
-                        return result, await result.bytes_async()
-                    return result
-            except FileNotFoundError:
-                raise
-            except Exception as err:
-                failure = self.failure(err, what, key)
-                # only a failed request may be sent again, never a refusal or a missing or changed object
-                if body_started and attempt < retries and isinstance(failure, RequestFailed) and is_transient(err):
-                    await asyncio.sleep(min(0.05 * 2**attempt, 2.0) * (0.5 + random.random()))
-                    continue
-            # Raised outside the except clause: not even __context__ keeps the store's own text, which may
-            # hold what was masked above.
-            raise failure
-        raise AssertionError("unreachable")
+        direct = None if obstore_retries else self.direct
+        store = self.store if direct is None else direct
+
+        async def attempt(progress: Progress) -> Any:
+            result = await fn(store, *args, **kwargs)
+            if hasattr(result, "bytes_async"):
+                progress.body_started = True
+                return result, await result.bytes_async()
+            return result
+
+        return await send(self.label, what, key, attempt, lambda err: self.failure(err, what, key), resend=resend,
+                          store_retries=direct is None)
 
     async def get(self, key: str) -> Buffer | None:
         import obstore
@@ -297,8 +271,9 @@ _S3FS_CLIENT_KWARGS = {"endpoint_url": "endpoint", "region_name": "region"}
 
 
 def default_retry_config() -> dict[str, Any]:
-    """obstore's retries for the S3 stores we build: up to 10 with backoff from 0.1 s to 2 s, and never past
-    30 s, so an outage of a few seconds is survived and a dead endpoint fails in bounded time."""
+    """obstore's retries for the S3 stores we build, where zarr-python reads through them (our own requests
+    go through a twin without retries, retried by `storage.retry`): up to 10 with backoff from 0.1 s to 2 s,
+    and never past 30 s, so an outage of a few seconds is survived and a dead endpoint fails in bounded time."""
     return {"max_retries": 10, "retry_timeout": timedelta(seconds=30),
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
 
@@ -322,6 +297,10 @@ def obstore_s3_options(storage_options: Mapping[str, Any] | None) -> dict[str, A
         options[new] = bool(value) if name == "anon" else value
     return options
 
+#: The twin our own requests go through: obstore sends each once, `storage.retry` decides what is sent again.
+NO_RETRIES: dict[str, Any] = {"max_retries": 0}
+
+
 
 def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:
     """An obstore S3Store for ``s3://bucket/prefix``; credentials from options (obstore's names or s3fs's, see
@@ -336,7 +315,8 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
                          f"Got credentials in the URL: {redact(url)!r}")
     options = obstore_s3_options(storage_options)
     client_options = dict(options.pop("client_options", {}) or {})
-    retry_config = options.pop("retry_config", None) or default_retry_config()
+    given_retry_config = options.pop("retry_config", None)
+    retry_config = given_retry_config or default_retry_config()
     for key in list(options):
         if key in _CLIENT_OPTION_KEYS:
             client_options[key] = options.pop(key)
@@ -347,15 +327,20 @@ def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> Ob
     try:
         client_options.setdefault("connect_timeout", "5s")
         client_options.setdefault("timeout", "60s")
-        store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None,
-                        client_options=cast(Any, client_options), retry_config=cast(Any, retry_config), **options)
+        prefix = parsed.path.strip("/") or None
+        store = S3Store(parsed.netloc, prefix=prefix, client_options=cast(Any, client_options),
+                        retry_config=cast(Any, retry_config), **options)
+        # With a retry_config of the user's own, obstore's retries are what they asked for: no twin.
+        direct = None if given_retry_config else S3Store(
+            parsed.netloc, prefix=prefix, client_options=cast(Any, client_options),
+            retry_config=cast(Any, NO_RETRIES), **options)
     except Exception as err:
         failure = ValueError(
             f"could not configure S3 store for {redact(url)!r}: {type(err).__name__}: "
             f"{first_line(err, secrets_in(options) + secrets_in(client_options))}"
         )
     else:
-        return ObstoreSource(store)
+        return ObstoreSource(store, direct=direct)
     raise failure  # outside the except clause: not even __context__ keeps obstore's own text
 
 
@@ -403,10 +388,10 @@ class ObstoreSink(Sink):
         on the completion of a multipart upload, which obstore does not offer: its ``put`` with a ``mode``
         other than "overwrite" falls back to a single PUT), so a merged shard is at most 5 GiB.
 
-        obstore retries what it deems safe to; an unconditional PUT that still fails on a transient error
-        (the connection broke after the request was sent) is sent again here, up to ``config.retries`` times:
-        the same bytes twice are the same object. A conditional one is not: `update` reads and merges again.
-        An object in `Pieces` goes as the list of its parts, which obstore sends without joining them.
+        An unconditional PUT that fails on a transient error (also the connection breaking after the request
+        was sent) is sent again (`storage.retry`): the same bytes twice are the same object. A conditional one
+        only when the store refused it as overloaded; otherwise `update` reads and merges again. An object in
+        `Pieces` goes as the list of its parts, which obstore sends without joining them.
         """
         import obstore
 
@@ -418,24 +403,17 @@ class ObstoreSink(Sink):
         elif len(data) > config.multipart_threshold:
             kwargs = {"use_multipart": True, "chunk_size": max(config.split_size, MIN_PART_SIZE),
                       "max_concurrency": PART_CONCURRENCY}
-        retries = config.retries if mode is None else 0
-        for attempt in range(retries + 1):
-            accounting.record(self.label, "put", key, len(data))
-            try:
-                body = list(data.parts) if isinstance(data, Pieces) else data
-                await self.source._call("PUT", key, obstore.put_async, key, body, **kwargs)
-                return
-            except RequestFailed as err:
-                if attempt == retries or not is_transient(err):
-                    raise
-            await asyncio.sleep(_backoff(attempt))
+        accounting.record(self.label, "put", key, len(data))
+        body = list(data.parts) if isinstance(data, Pieces) else data
+        await self.source._call("PUT", key, obstore.put_async, key, body, resend="write" if mode is None else
+                                "conditional", obstore_retries=kwargs["use_multipart"], **kwargs)
 
     async def delete_async(self, key: str) -> None:
         import obstore
 
         checked_key(self.source, key)
         try:
-            await self.source._call("DELETE", key, obstore.delete_async, key)
+            await self.source._call("DELETE", key, obstore.delete_async, key, resend="write")
         except FileNotFoundError:
             pass
         accounting.record(self.label, "delete", key)
@@ -523,7 +501,7 @@ class ObstoreSink(Sink):
             accounting.record(self.label, "list", prefix)
             batches.append([meta["path"] for meta in batch])
         # one bulk DELETE per listed batch (S3 takes up to 1000 keys a request)
-        await gather_or_cancel(*(self.source._call("DELETE", prefix, obstore.delete_async, keys)
+        await gather_or_cancel(*(self.source._call("DELETE", prefix, obstore.delete_async, keys, resend="write")
                                  for keys in batches if keys))
         for keys in batches:
             for key in keys:

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
-from xarray_zarrmax.errors import NodeNotFoundError
+from xarray_zarrmax.errors import ArgumentTypeError, NodeNotFoundError
 from xarray_zarrmax.storage.abc import ByteSource, Sink, join_key
 from xarray_zarrmax.storage.local import LocalSink, LocalSource
 from xarray_zarrmax.storage.obstore import ObstoreSink, ObstoreSource, s3_store_from_url
@@ -56,6 +56,19 @@ def _scheme(target: str) -> str:
     if match is None:
         return ""
     return match.group(1).lower() + ("::" if match.group(2) == "::" else "")
+
+
+def check_storage_options(storage_options: Any) -> None:
+    """None, or a mapping with string names (never a value in the message: it may be a credential).
+    engine="zarr" raises the TypeError of using it (``'int' object is not a mapping``), naming nothing."""
+    if storage_options is None:
+        return
+    if not isinstance(storage_options, Mapping):
+        raise ArgumentTypeError("expected storage_options as a mapping of option names to values. Got "
+                                f"{type(storage_options).__name__}.")
+    for key in storage_options:
+        if not isinstance(key, str):
+            raise ArgumentTypeError(f"expected storage_options names as strings. Got {key!r} ({type(key).__name__}).")
 
 
 def _no_storage_options(storage_options: Mapping[str, Any] | None, what: str) -> None:
@@ -163,6 +176,7 @@ def resolve_source(target: Any, storage_options: Mapping[str, Any] | None = None
     What is read through zarr-python's stores is read-only and never cached across reads. ``storage_options``
     go with URLs other than local and ``memory://`` ones: anywhere else they raise TypeError, as in zarr-python.
     """
+    check_storage_options(storage_options)
     if isinstance(target, ByteSource):
         return target
     if isinstance(target, os.PathLike):
@@ -203,6 +217,7 @@ def resolve_sink(target: Any, storage_options: dict[str, Any] | None = None) -> 
     ``ObjectStore`` or ``LocalStore`` (not opened read-only), a writable Icechunk ``Session`` or ``ForkSession``
     (or its ``IcechunkStore``). Anything else raises TypeError: it would be written by zarr-python, without our
     guarantees, so say so rather than do it silently."""
+    check_storage_options(storage_options)
     if isinstance(target, os.PathLike):
         target = os.fspath(target)
     if isinstance(target, str):
@@ -274,6 +289,7 @@ def glob(pattern: str | os.PathLike[str], *, storage_options: Mapping[str, Any] 
     as engine="zarr" expands them (``storage_options`` as for `resolve_source`). Wildcards (``*``, ``?``,
     ``[...]``) match within one path level; ``**`` is refused on s3://.
     """
+    check_storage_options(storage_options)
     pattern = os.fspath(pattern)
     scheme = _scheme(pattern)
     if scheme in ("", "file"):

@@ -28,8 +28,8 @@ from xarray_zarrmax.core import accounting
 from xarray_zarrmax.core.budget import request_slot
 from xarray_zarrmax.core.bytes import Buffer, Encoded, joined
 from xarray_zarrmax.core.loop import gather_or_cancel, run_sync
-from xarray_zarrmax.core.redact import secrets_in
-from xarray_zarrmax.errors import ObjectChanged, StoreAccessError
+from xarray_zarrmax.core.redact import scrubbed, secrets_in
+from xarray_zarrmax.errors import ObjectChanged, StoreAccessError, store_error_like
 from xarray_zarrmax.storage.abc import ByteSource, Fetched, Merge, Sink, check_size, checked_key, first_line
 from xarray_zarrmax.storage.registry import restore
 
@@ -66,17 +66,16 @@ class ZarrStoreSource(ByteSource):
 
         checked_key(self, key)  # a zarr LocalStore reads "../x" outside its root
         failure: BaseException | None = None
+        cause: BaseException | None = None
         try:
             async with request_slot():
                 buf = await self.store.get(key, prototype=default_buffer_prototype(), byte_range=byte_range)
         except FileNotFoundError:
             buf = None
         except Exception as err:
-            failure = StoreAccessError(
-                f"GET {key!r} on {self.label} failed: {type(err).__name__}: {first_line(err, self._secrets)}"
-            )
+            failure, cause = self.failure("GET", key, err)
         if failure is not None:
-            raise failure  # outside the except clause: not even __context__ keeps the store's own text
+            raise failure from cause  # outside the except clause: __context__ never keeps the store's own text
         data = None if buf is None else buf.as_numpy_array().view(np.uint8).reshape(-1)
         accounting.record(self.label, "get", key, 0 if data is None else len(data))
         return data
@@ -125,10 +124,17 @@ class ZarrStoreSource(ByteSource):
         except FileNotFoundError:
             return []
         except Exception as err:
-            failure = StoreAccessError(
-                f"LIST {prefix!r} on {self.label} failed: {type(err).__name__}: {first_line(err, self._secrets)}"
-            )
-        raise failure  # outside the except clause: not even __context__ keeps the store's own text
+            failure, cause = self.failure("LIST", prefix, err)
+        raise failure from cause  # outside the except clause: __context__ never keeps the store's own text
+
+    def failure(self, what: str, key: str, err: BaseException) -> tuple[StoreAccessError, BaseException | None]:
+        """What to raise for the store's ``err`` and its cause. The error is also of ``err``'s built-in type
+        (`store_error_like`): Icechunk's refusal of a virtual chunk container not authorised is a ValueError, as
+        there. Its cause is Icechunk's error itself (credentials masked), for its ``kind``; no other store's
+        error is kept: fsspec's and others' quote the URLs they went to, credentials and all."""
+        failure = store_error_like(err, f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
+                                        f"{first_line(err, self._secrets)}")
+        return failure, (scrubbed(err, self._secrets) if type(err).__module__.startswith("icechunk") else None)
 
     @property
     def supports_consolidated_metadata(self) -> bool:
@@ -182,8 +188,9 @@ class IcechunkSink(Sink):
         return (_worker_sink, (self.session.fork(),))
 
     def _failure(self, what: str, key: str, err: BaseException) -> StoreAccessError:
-        return StoreAccessError(f"{what} {key!r} on {self.label} failed: {type(err).__name__}: "
-                                f"{first_line(err, self.source._secrets)}")
+        failure, cause = self.source.failure(what, key, err)
+        failure.__cause__ = cause
+        return failure
 
     async def put_async(self, key: str, data: Encoded) -> None:
         from zarr.core.buffer import default_buffer_prototype

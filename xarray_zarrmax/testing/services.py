@@ -70,12 +70,23 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Pat
 
 @dataclass
 class MinioServer:
-    """A MinIO server on a free loopback port with its own data directory; buckets are made as folders."""
+    """A MinIO server on a free loopback port with its own data directory; buckets are made as folders.
+
+    ``env``: more of MinIO's environment, e.g. a request limit (`throttled`)."""
 
     binary: str
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="zarrmax-minio-")))
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def throttled(cls, binary: str, requests_max: int, deadline: str = "100ms") -> MinioServer:
+        """A server (not started) that serves at most ``requests_max`` requests at once and refuses the rest
+        as overloaded (MinIO answers 429 Too Many Requests; AWS S3 503 Slow Down) once they waited
+        ``deadline`` for a slot (in practice at once, in the MinIO release tested)."""
+        return cls(binary, env={"MINIO_API_REQUESTS_MAX": str(requests_max),
+                                "MINIO_API_REQUESTS_DEADLINE": deadline})
 
     @property
     def endpoint(self) -> str:
@@ -92,7 +103,7 @@ class MinioServer:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         log = self.root / "minio.log"
         env = {**os.environ, "MINIO_ROOT_USER": ACCESS_KEY, "MINIO_ROOT_PASSWORD": SECRET_KEY,
-               "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
+               "MINIO_BROWSER": "off", "MINIO_UPDATE": "off", **self.env}
         self.proc = subprocess.Popen(
             [self.binary, "server", str(self.root / "data"), "--address", f"127.0.0.1:{self.port}",
              "--console-address", f"127.0.0.1:{free_port()}"],

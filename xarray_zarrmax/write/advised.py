@@ -13,6 +13,9 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from xarray_zarrmax.advise.validate import shown
+from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
+
 #: what ``advise_options`` may set: `xarray_zarrmax.advise`'s keywords that do not follow from the write
 ADVISE_OPTIONS = frozenset({"variable", "store", "storage_options", "budget_mb", "max_object_mb", "max_objects",
                             "costs", "layouts", "batch", "progress"})
@@ -22,8 +25,8 @@ def check_advise_request(ds: Any, patterns: Any, advise_options: Mapping[str, An
                          append_dim: Hashable | None, mode: str | None) -> None:
     """ValueError/TypeError for a request the advisor cannot serve, before anything is probed or written (the
     target is not even opened)."""
-    if not isinstance(patterns, Mapping) or not patterns:
-        raise ValueError(
+    if patterns is None or (isinstance(patterns, Mapping) and not patterns):
+        raise AdviceInputError(
             "encoding='advise' needs patterns=: the access patterns to make fast and their weights, e.g. "
             f"{{'timeseries': 0.5, 'map': 0.5}}. Got patterns={patterns!r}."
         )
@@ -38,15 +41,16 @@ def check_advise_request(ds: Any, patterns: Any, advise_options: Mapping[str, An
             "layout when the arrays are first written."
         )
     if advise_options is not None and not isinstance(advise_options, Mapping):
-        raise TypeError(f"expected advise_options as a mapping of advise()'s keywords. Got {advise_options!r}.")
-    unknown = sorted(set(advise_options or {}) - ADVISE_OPTIONS)
+        raise AdviceTypeError(f"expected advise_options as a mapping of advise()'s keywords. Got "
+                              f"{shown(advise_options, typed=True)} instead.")
+    unknown = sorted(str(k) for k in advise_options or {} if k not in ADVISE_OPTIONS)
     if unknown:
-        raise TypeError(f"advise_options: unknown option(s) {unknown}; expected some of {sorted(ADVISE_OPTIONS)}")
+        raise AdviceTypeError(f"advise_options: unknown option(s) {unknown}; expected some of "
+                              f"{sorted(ADVISE_OPTIONS)}")
     from xarray_zarrmax.advise.advisor import check_request
 
-    options = advise_options or {}
-    check_request(ds, patterns, **{k: options[k] for k in ("variable", "budget_mb", "max_object_mb", "max_objects",
-                                                           "layouts", "batch") if k in options})
+    # every option checked as advise() checks it (the store's only once it is known: the target's, by default)
+    check_request(ds, patterns, **dict(advise_options or {}))
 
 
 def default_probe(store: Any) -> str | None:

@@ -34,6 +34,7 @@ from xarray_zarrmax.storage.abc import Sink, Update
 from xarray_zarrmax.storage.resolve import resolve_sink
 from xarray_zarrmax.tuning import MAX_MERGES, MERGE_BYTES_IN_FLIGHT, WRITE_BYTES_IN_FLIGHT
 from xarray_zarrmax.write.advised import advised_encoding, check_advise_request
+from xarray_zarrmax.write.arguments import check_arguments
 from xarray_zarrmax.write.codec import ObjectCodec
 from xarray_zarrmax.write.plan import (
     aligned_chunks,
@@ -538,19 +539,13 @@ def to_zarr(ds: Any, store: Any, *, mode: WriteMode | None = None,
     stored objects written; for an Icechunk session, the fork to merge or None).
     """
     ds = _as_dataset(ds)
-    if zarr_format not in (None, 3):
-        raise ValueError(f"xarray_zarrmax.to_zarr writes Zarr format 3 only. Got zarr_format={zarr_format!r}.")
-    if not isinstance(safe_chunks, bool):
-        raise ValueError(f"expected safe_chunks as a bool. Got {safe_chunks!r}.")
+    check_arguments(ds, encoding=encoding, group=group, append_dim=append_dim, storage_options=storage_options,
+                    zarr_format=zarr_format, consolidated=consolidated, compute=compute, align_chunks=align_chunks,
+                    safe_chunks=safe_chunks, write_empty_chunks=write_empty_chunks)
     compute_kwargs = _compute_kwargs(chunkmanager_store_kwargs)
-    if write_empty_chunks is not None and not isinstance(write_empty_chunks, bool):
-        raise ValueError(f"expected write_empty_chunks as a bool or None. Got {write_empty_chunks!r}.")
     _check_known_chunk_sizes(ds)
     from dask.base import is_dask_collection
 
-
-    if isinstance(encoding, str) and encoding != "advise":
-        raise ValueError(f"expected encoding as a mapping of variable names, or 'advise'. Got {encoding!r}.")
     if encoding == "advise":
         check_advise_request(ds, patterns, advise_options, region=region, append_dim=append_dim, mode=mode)
     elif patterns is not None or advise_options is not None:
