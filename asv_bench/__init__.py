@@ -10,3 +10,10 @@
 - ``shared/``: the one harness all of them share (layouts, the peers' readers, timing, MinIO and toxiproxy, how
   a table script runs).
 """
+
+import os as _os
+
+# The benchmarks measure the read path: with the decoded-chunk cache on (XARRAY_ZARRMAX_CACHE_BYTES in the
+# environment) every repeat after the first would be a copy from memory. Off unless a run asks for it; the
+# cache's own benchmarks turn it on for themselves.
+_os.environ.setdefault("XARRAY_ZARRMAX_CACHE_BYTES", "0")

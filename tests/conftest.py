@@ -30,6 +30,28 @@ if IN_CI:
 warnings.filterwarnings("ignore", message=".*consolidated.*", category=RuntimeWarning)
 
 
+@pytest.fixture(autouse=True)
+def empty_chunk_cache() -> Iterator[None]:
+    """Every test starts with the process's decoded-chunk cache empty (for the tests that turn it on), so no
+    test is served chunks another test decoded."""
+    from xarray_zarrmax import clear_cache
+
+    clear_cache()
+    yield
+    clear_cache()
+
+
+@pytest.fixture
+def no_chunk_cache() -> Iterator[None]:
+    """The decoded-chunk cache off: for tests of what the read path itself sends (a read of chunks decoded
+    before would otherwise send nothing for them), and of the advisor's model, which costs reads as a cold
+    cache does."""
+    from xarray_zarrmax import set_config
+
+    with set_config(cache_bytes=0):
+        yield
+
+
 def _missing(what: str) -> None:
     message = f"{what} not found: run `bash ci/install_services.sh` (the README's test command does)"
     if IN_CI:

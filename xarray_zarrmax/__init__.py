@@ -12,6 +12,7 @@ from xarray_zarrmax.advise.advisor import AdviceReport, advise
 from xarray_zarrmax.config import Config, get_config, set_config
 from xarray_zarrmax.core.accounting import RequestCounts, request_counts
 from xarray_zarrmax.errors import CorruptDataError, DecodeError, MetadataError, StoreAccessError, ZarrmaxError
+from xarray_zarrmax.read.chunk_cache import CacheInfo, cache_info, clear_cache
 from xarray_zarrmax.storage import glob
 from xarray_zarrmax.write.dataset import to_zarr
 
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdviceReport",
+    "CacheInfo",
     "Config",
     "CorruptDataError",
     "DecodeError",
@@ -28,6 +30,8 @@ __all__ = [
     "ZarrmaxError",
     "__version__",
     "advise",
+    "cache_info",
+    "clear_cache",
     "get_config",
     "glob",
     "request_counts",

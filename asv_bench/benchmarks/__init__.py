@@ -38,6 +38,9 @@ if _ROOT not in sys.path:
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("ICECHUNK_LOG", "error")
+# Read benchmarks measure the read path, not the decoded-chunk cache (off by default, and forced off here):
+# every sample after the first would be a copy from memory. `cache.ChunkCache` turns it on for itself.
+os.environ.setdefault("XARRAY_ZARRMAX_CACHE_BYTES", "0")
 
 
 def strict() -> bool:

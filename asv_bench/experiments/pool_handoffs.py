@@ -2,7 +2,8 @@
 each finishes) against one job per thread taking batches until none is left (`core.loop.run_batches`).
 
 zarrmax's own read (`chunks=None`) of local copies of the read table's layouts, in one process, the two ways
-alternating, the second by putting a `pool.map` in place of `fetch.run_batches`: same batches, same work.
+alternating, the second by putting a `pool.map` in place of `run_batches` in `fetch` and `local_reads`: same
+batches, same work.
 
     .venv/bin/python -m asv_bench.experiments.pool_handoffs --layouts 0,1,2 --repeat 15
 """
@@ -44,7 +45,7 @@ def flags(parser: argparse.ArgumentParser) -> None:
 
 def run(session: Session) -> int:
     from xarray_zarrmax.core import loop as _loop
-    from xarray_zarrmax.read import fetch
+    from xarray_zarrmax.read import fetch, local_reads
 
     args = session.args
     ways = {"one job per batch": one_job_per_batch, "one job per thread": _loop.run_batches}
@@ -53,11 +54,11 @@ def run(session: Session) -> int:
         times: dict[str, list[float]] = {way: [] for way in ways}
         for rep in range(args.repeat + 1):  # the first round warms up (imports, page cache)
             for way, handoff in ways.items():
-                fetch.run_batches = handoff  # type: ignore[attr-defined]
+                fetch.run_batches = local_reads.run_batches = handoff  # type: ignore[attr-defined]
                 elapsed = timed_read(path, layout.nbytes)
                 if rep:
                     times[way].append(elapsed)
-        fetch.run_batches = _loop.run_batches  # type: ignore[attr-defined]
+        fetch.run_batches = local_reads.run_batches = _loop.run_batches  # type: ignore[attr-defined]
         med = {way: statistics.median(t) for way, t in times.items()}
         for way, t in times.items():
             q = statistics.quantiles(t)

@@ -2,7 +2,7 @@
 decoder alone on the chunks the operation touches.
 
 `reader_requests` derives, from the stored files, every request zarrmax's reader sends for an operation with a
-cold index cache, in the order it sends them (`fetch._fetch_object_once` remotely, `fetch._read_local_shard`
+cold index cache, in the order it sends them (`fetch._fetch_object_once` remotely, `local_reads.read_local_shard`
 and the whole-object paths locally). The access-pattern table checks the derivation against the reader's counted
 requests and bytes on every cell, then times `replay_remote` / `replay_local` (those requests and nothing else:
 no plan, no decode, no placement) and `decode_alone` (our decoder on the touched chunks' compressed bytes,
@@ -85,13 +85,13 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
     objects and pieces) of the array "v" stored under ``root`` (zarr v3, default chunk keys; shard indexes read
     with the reader's own `codecs.parse_index`, wherever they are stored and however encoded). Locally a touched
     shard whose chunks decode to `tuning.STREAM_BYTES` or more is read in pieces
-    (`fetch._pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
+    (`local_reads.local_pieces`); otherwise as remotely, each range one read. Chunks a shard's index marks absent are
     neither touched nor fetched; every touched object must be stored."""
     from xarray_zarrmax import get_config
     from xarray_zarrmax.codecs import parse_index
     from xarray_zarrmax.codecs.sharding import EMPTY
     from xarray_zarrmax.core.geometry import coalesce
-    from xarray_zarrmax.read.fetch import _pieces
+    from xarray_zarrmax.read.local_reads import local_pieces as _pieces
     from xarray_zarrmax.tuning import PIECE_BYTES, STREAM_BYTES
 
     fmt = _shard_format(root, shards) if shards is not None else None
@@ -122,7 +122,7 @@ def reader_requests(root: Path, chunks: Sequence[int], shards: Sequence[int] | N
         index_total += index_nbytes
         most = len(pieces) >= config.full_shard_fraction * n
         index = ((lo, hi),)
-        if local and len(pieces) * chunk_nbytes >= STREAM_BYTES:  # `fetch._read_local_shard`
+        if local and len(pieces) * chunk_nbytes >= STREAM_BYTES:  # `local_reads.read_local_shard`
             if size <= PIECE_BYTES and most:
                 objects.append(ObjectRequests(key, (((0, size),),), True))
             else:
@@ -178,7 +178,7 @@ def _batches(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
 
 
 def _jobs(needed: Needed, threads: int) -> int:
-    """The reader's split of local work (`fetch._local_jobs`): one job below `tuning.JOB_BYTES` decoded."""
+    """The reader's split of local work (`local_reads.local_jobs`): one job below `tuning.JOB_BYTES` decoded."""
     from xarray_zarrmax.tuning import JOB_BYTES
 
     decoded = needed.chunk_nbytes * len(needed.chunks)
@@ -206,7 +206,7 @@ def replay_local(root: Path, needed: Needed, pool: ThreadPoolExecutor, threads: 
     jobs = _jobs(needed, threads)
     t0 = time.perf_counter()
     if jobs > 1 and len(needed.objects) == 1 and len(needed.objects[0].steps) == 2:
-        # one shard: its index, then its ranges in parallel jobs, as `fetch._read_opened_shard` reads them
+        # one shard: its index, then its ranges in parallel jobs, as `local_reads._read_opened_shard` reads them
         only = needed.objects[0]
         fd = os.open(root / only.key, os.O_RDONLY)
         try:

@@ -40,8 +40,11 @@ from xarray_zarrmax.cli import main
 from xarray_zarrmax.codecs import sharding as shard
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core.geometry import Axis, coalesce
-from xarray_zarrmax.read import fetch
+from xarray_zarrmax.read import fetch, local_reads
 from xarray_zarrmax.storage import local
+
+# The advisor costs reads as a cold decoded-chunk cache does: the reads it is compared with run without one.
+pytestmark = pytest.mark.usefixtures("no_chunk_cache")
 
 SHAPE = (37, 20, 30)
 DIMS = ("time", "lat", "lon")
@@ -114,8 +117,8 @@ def test_counts_equal_counted_reads(written: dict[int, str], layout: int, patter
 @pytest.mark.parametrize("constant", [False, True], ids=["file above a piece", "file of one piece"])
 def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Path, constant: bool,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A local read of a shard's chunks that decode to `fetch.STREAM_BYTES` or more goes in pieces
-    (`fetch._read_local_shard`): the index, then pieces of at most `fetch.PIECE_BYTES`, whatever fraction of
+    """A local read of a shard's chunks that decode to `local_reads.STREAM_BYTES` or more goes in pieces
+    (`local_reads.read_local_shard`): the index, then pieces of at most `local_reads.PIECE_BYTES`, whatever fraction of
     the shard is read; a file of at most one piece is read whole when the read needs ``full_shard_fraction`` of
     its chunks. The model counts those reads too; with ``coalesce_gap=0`` and ``full_shard_fraction=1`` the
     reader fetches the touched chunks and the index, not one byte more."""
@@ -130,7 +133,7 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
     n_chunks = math.prod(s // c for s, c in zip(shards, chunks, strict=True))
     stored = sum(p.stat().st_size for p in Path(path, "v", "c").rglob("*") if p.is_file())
     chunk_enc = (stored - 16 * n_chunks - 4) // n_chunks
-    assert (stored <= fetch.PIECE_BYTES) == constant
+    assert (stored <= local_reads.PIECE_BYTES) == constant
     boxes = {"all": (Axis(0, 48), Axis(0, 128), Axis(0, 256)), "most times": (Axis(0, 40), Axis(0, 128), Axis(0, 256)),
              "most rows": (Axis(0, 48), Axis(0, 96), Axis(3, 250)), "map": (Axis(5, 6), Axis(0, 128), Axis(0, 256))}
     shard_file = next(p for p in Path(path, "v", "c").rglob("*") if p.is_file())
@@ -151,9 +154,10 @@ def test_counts_equal_counted_reads_of_local_shards_read_in_pieces(tmp_path: Pat
                 box = tuple(slice(a.start // c, -(-a.stop // c)) for a, c in zip(axes, chunks, strict=True))
                 touched = entries[box]
                 assert counts.total("bytes") == int(touched[..., 1].sum()) + index_nbytes, name
-            streamed = math.prod(a.size for a in axes) * 4 >= fetch.STREAM_BYTES
+            streamed = math.prod(a.size for a in axes) * 4 >= local_reads.STREAM_BYTES
             if streamed and not constant:  # the index, then pieces of at most PIECE_BYTES (not the whole shard)
-                assert predicted.index_requests == 1 and predicted.requests - 1 >= predicted.bytes // fetch.PIECE_BYTES
+                pieces = predicted.bytes // local_reads.PIECE_BYTES
+                assert predicted.index_requests == 1 and predicted.requests - 1 >= pieces
 
 
 def test_capped_runs_equal_the_readers_pieces() -> None:
@@ -164,8 +168,8 @@ def test_capped_runs_equal_the_readers_pieces() -> None:
         gap, cap = int(rng.integers(0, 200)), int(rng.integers(1, 600))
         ends = np.cumsum(sizes)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(fetch, "PIECE_BYTES", cap)
-            reads = fetch._pieces([(None, int(ends[r] - sizes[r]), int(ends[r])) for r in ranks], gap)
+            mp.setattr(local_reads, "PIECE_BYTES", cap)
+            reads = local_reads.local_pieces([(None, int(ends[r] - sizes[r]), int(ends[r])) for r in ranks], gap)
         assert capped_runs(ranks, sizes, gap, cap) == (len(reads), sum(b - a for a, b, _ in reads))
 
 
@@ -186,7 +190,8 @@ def test_indexes_parsed_equal_the_readers(written: dict[int, str], layout: int, 
         return real(*args, **kwargs)
 
     monkeypatch.setattr(shard, "parse_index", counting)  # split_index's (a whole shard's bytes)
-    monkeypatch.setattr(fetch, "parse_index", counting)  # an index read on its own
+    monkeypatch.setattr(fetch, "parse_index", counting)  # an index read on its own (remotely)
+    monkeypatch.setattr(local_reads, "parse_index", counting)  # (locally)
     chunks, shards = LAYOUTS[layout]
     sels = selections(pattern)
     predicted = count_read(sels, SHAPE, 4, Layout(chunks, shards), 4 * math.prod(chunks), local_reader())
@@ -605,9 +610,11 @@ def test_random_batch_windows_follow_the_batch() -> None:
 def test_cli_advise_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "d.zarr")
     dataset().to_zarr(path, zarr_format=3, mode="w", consolidated=True)
-    assert main(["advise", path, "--no-probe", "--pattern", "heatmap:1"]) == 1
-    assert "unknown access pattern 'heatmap'" in capsys.readouterr().err
-    assert main(["advise", path, "--no-probe", "--pattern", "map"]) == 1
-    assert "expected --pattern NAME:WEIGHT, e.g. timeseries:0.5. Got 'map' instead." in capsys.readouterr().err
-    assert main(["advise", path, "--no-probe", "--pattern", "map:1", "--batch-window", "lat=1:3"]) == 1
-    assert "expected --batch-window DIM=SIZE[,DIM=SIZE]. Got 'lat=1:3' instead." in capsys.readouterr().err
+    # usage errors, refused before the store is opened: status 2 (tests/test_cli.py has the rest)
+    assert main(["advise", path, "--no-probe", "--pattern", "heatmap:1"]) == 2
+    assert "--pattern 'heatmap:1': unknown pattern 'heatmap'" in capsys.readouterr().err
+    assert main(["advise", path, "--no-probe", "--pattern", "map"]) == 2
+    assert ("--pattern 'map': expected NAME:WEIGHT with a number WEIGHT, e.g. timeseries:0.5"
+            in capsys.readouterr().err)
+    assert main(["advise", path, "--no-probe", "--pattern", "map:1", "--batch-window", "lat=1:3"]) == 2
+    assert "--batch-window 'lat=1:3': expected DIM=SIZE for dimension 'lat'. Got '1:3'." in capsys.readouterr().err

@@ -183,7 +183,7 @@ def test_segments_view_equals_the_joined_bytes(parts, data):
 
 
 def test_decode_batches_split_work_evenly_in_order():
-    from xarray_zarrmax.read.fetch import _batches
+    from xarray_zarrmax.read.work import split_batches as _batches
 
     work = list(range(10))
     assert _batches(work, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]

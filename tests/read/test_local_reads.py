@@ -160,6 +160,7 @@ def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeyp
     # were read whole) cost more in hand-offs and GIL contention than the decode. Jobs are about JOB_BYTES of
     # the chunks decoded; a read decoding less runs in the calling thread.
     import xarray_zarrmax.read.fetch as fetch
+    import xarray_zarrmax.read.local_reads as local_reads
 
     values = np.arange(64 * 1000 * 64, dtype="f4").reshape(64, 1000, 64)
     group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
@@ -167,8 +168,9 @@ def test_local_reads_size_their_jobs_by_the_chunks_they_decode(tmp_path, monkeyp
                              dimension_names=["t", "y", "x"], compressors=[ZstdCodec(level=1)])
     arr[...] = values  # 16 shards of 16 chunks of 64 kB
     pool = _CountingBatches()
-    monkeypatch.setattr(fetch, "run_batches", pool)
-    monkeypatch.setattr(fetch, "JOB_BYTES", 200_000)
+    for module in (fetch, local_reads):  # many objects (fetch) and one shard in pieces (local_reads)
+        monkeypatch.setattr(module, "run_batches", pool)
+        monkeypatch.setattr(module, "JOB_BYTES", 200_000)
     with xarray_zarrmax.set_config(threads=2):
         ds = _open(tmp_path / "s.zarr")
         np.testing.assert_array_equal(ds.v[3].values, values[3])  # 16 shards x 2 chunks: 2 MB decoded
@@ -294,10 +296,12 @@ def _one_shard(path: Path) -> np.ndarray:
 @pytest.mark.parametrize("bad", [0, 63])  # the first batch, or the last
 def test_a_corrupt_chunk_in_a_shard_decoded_on_the_pool_is_an_error(tmp_path, monkeypatch, bad):
     import xarray_zarrmax.read.fetch as fetch
+    import xarray_zarrmax.read.local_reads as local_reads
     from xarray_zarrmax.codecs.decode import ChunkCodec
 
     _one_shard(tmp_path / "s.zarr")
     monkeypatch.setattr(fetch, "JOB_BYTES", 64_000)
+    monkeypatch.setattr(local_reads, "JOB_BYTES", 64_000)
     decode_into = ChunkCodec.decode_into
 
     def failing(self, raw, out, where):

@@ -1,4 +1,4 @@
-"""Local shards read in pieces, each decoded as soon as it is read (`fetch._read_local_shard`): the same
+"""Local shards read in pieces, each decoded as soon as it is read (`local_reads.read_local_shard`): the same
 answers as engine="zarr" on any array, counted reads, and files that change while their pieces are read."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from zarr.codecs import ZstdCodec
 
 import xarray_zarrmax
-import xarray_zarrmax.read.fetch as fetch
+import xarray_zarrmax.read.local_reads as local_reads
 from tests.support.compare import assert_same_dataset, assert_same_values
 from tests.support.strategies import any_selection, array_specs, write_array
 from xarray_zarrmax import CorruptDataError, StoreAccessError, request_counts
@@ -24,8 +24,8 @@ from xarray_zarrmax.storage import OpenedFile
 @pytest.fixture
 def tiny_pieces(monkeypatch):
     """Every sharded local read streams, in pieces of at most 100 bytes (at least one chunk each)."""
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 100)
+    monkeypatch.setattr(local_reads, "STREAM_BYTES", 1)
+    monkeypatch.setattr(local_reads, "PIECE_BYTES", 100)
 
 
 @pytest.fixture
@@ -79,6 +79,7 @@ def _sharded(path: Path, version: int = 0) -> Path:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.usefixtures("no_chunk_cache")  # the second read's requests: the index cache's work, not the chunks'
 def test_a_shard_is_its_index_then_pieces_and_the_index_is_cached(tmp_path, monkeypatch, threads):
     import xarray_zarrmax.storage.local as local
 
@@ -97,7 +98,7 @@ def test_a_shard_is_its_index_then_pieces_and_the_index_is_cached(tmp_path, monk
 
 
 def test_a_shard_smaller_than_a_piece_is_one_read(tmp_path, monkeypatch, counted):
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
+    monkeypatch.setattr(local_reads, "STREAM_BYTES", 1)
     path = _sharded(tmp_path / "s.zarr")
     ds = xr.open_dataset(path, engine="zarrmax")
     with request_counts() as counts:
@@ -107,8 +108,8 @@ def test_a_shard_smaller_than_a_piece_is_one_read(tmp_path, monkeypatch, counted
 
 def _pieces_of_four(monkeypatch) -> None:  # noqa: ANN001
     """Every sharded read streams, 4 chunks a piece (8000 bytes and zstd's header each)."""
-    monkeypatch.setattr(fetch, "STREAM_BYTES", 1)
-    monkeypatch.setattr(fetch, "PIECE_BYTES", 4 * 8100)
+    monkeypatch.setattr(local_reads, "STREAM_BYTES", 1)
+    monkeypatch.setattr(local_reads, "PIECE_BYTES", 4 * 8100)
 
 
 def _rewrite_in_place(path: Path, version: int) -> None:

@@ -32,11 +32,9 @@ def _read(path, engine: str) -> np.ndarray:
 @pytest.fixture
 def outcomes(monkeypatch):
     """What each `zstd_raw.read_into` call returned, in order."""
-    import xarray_zarrmax.read.fetch as fetch
-
     seen: list[bool] = []
     real = zstd_raw.read_into
-    monkeypatch.setattr(fetch.zstd_raw, "read_into", lambda file, out: seen.append(real(file, out)) or seen[-1])
+    monkeypatch.setattr(zstd_raw, "read_into", lambda file, out: seen.append(real(file, out)) or seen[-1])
     return seen
 
 

@@ -313,7 +313,7 @@ def coalesced_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int) -> tuple[int,
 
 
 def capped_runs(ranks: np.ndarray, sizes: np.ndarray, gap: int, cap: int) -> tuple[int, int]:
-    """(requests, bytes) of a local shard read in pieces (`fetch._pieces`): as `coalesced_runs`, but a read
+    """(requests, bytes) of a local shard read in pieces (`local_reads.local_pieces`): as `coalesced_runs`, but a read
     grows by the next chunk only while it spans at most ``cap`` bytes (and always holds one chunk)."""
     r = np.sort(ranks)
     if r.size == 0:
@@ -371,7 +371,7 @@ def _object_fetch(layout: Layout, extents: tuple[int, ...], touched: Sequence[Se
     """(requests, index requests, bytes, round trips) for one object (``extents`` of it inside the array along
     each dimension) read of the chunks ``touched``
     (per dimension, their indices inside it), as `fetch._fetch_object_once` does it, or for a local shard
-    whose touched chunks decode to `tuning.STREAM_BYTES` or more, as `fetch._read_local_shard` does: the index
+    whose touched chunks decode to `tuning.STREAM_BYTES` or more, as `local_reads.read_local_shard` does: the index
     (or, for a file of at most `tuning.PIECE_BYTES` of which at least ``full_shard_fraction`` of the chunks are
     read, the whole file), then the chunks in pieces of at most PIECE_BYTES."""
     if layout.shards is None:

@@ -29,14 +29,15 @@ from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
+from xarray_zarrmax.config import set_config
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
 from xarray_zarrmax.errors import StoreAccessError
 from xarray_zarrmax.tuning import DECODE_SIZES, PROGRESS_AFTER_S
 
 #: A progress callback: (step done, steps in all, what is being done).
 Progress = Callable[[int, int, str], None]
-
 T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class StoreProbe:
@@ -90,7 +91,6 @@ def text_progress(stream: TextIO = sys.stderr, width: int = 30, label: str = "pr
     return show
 
 
-class _Objects:
 def deferred(progress: Progress, after_s: float = PROGRESS_AFTER_S, every_s: float = 0.1) -> Progress:
     """``progress`` for work that is usually quick: nothing until ``after_s`` seconds have passed since this
     was made, then at most one call every ``every_s`` seconds, and the last step (so a bar that was shown ends
@@ -109,6 +109,7 @@ def deferred(progress: Progress, after_s: float = PROGRESS_AFTER_S, every_s: flo
     return show
 
 
+class _Objects:
     """PUT, GET (whole or a range) and DELETE of probe objects, on a local directory or an obstore store."""
 
     def __init__(self, target: str, storage_options: Mapping[str, Any] | None, secrets: Sequence[str] = ()) -> None:
@@ -116,9 +117,9 @@ def deferred(progress: Progress, after_s: float = PROGRESS_AFTER_S, every_s: flo
         self.target, self.storage_options, self.secrets = target, storage_options, tuple(secrets)
         scheme = target.split("://", 1)[0].lower() if "://" in target else ""
         self.local = scheme in ("", "file")
-        self.made: list[Path] = []  # folders above the probe's own that did not exist: removed after, too
         self.label = redact(target, self.secrets)
         self.written: set[str] = set()  # remote objects PUT: the only ones to delete
+        self.made: list[Path] = []  # folders above the probe's own that did not exist: removed after, too
         if self.local:
             self.root = Path(target.split("://", 1)[1] if scheme else target).expanduser() / self.prefix
             self.made = [p for p in reversed(self.root.parents) if not p.exists()]
@@ -438,7 +439,9 @@ def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 
         "sparse": (n * per_shard, chunk_elements, chunk_elements * per_shard,
                    slice(None, None, chunk_elements * per_shard)),
     }
-    with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root:
+    # The reader's own work, every repeat: with the decoded-chunk cache on (`set_config(cache_bytes=...)`) a
+    # repeat would copy the chunks an earlier one decoded.
+    with tempfile.TemporaryDirectory(prefix="zarrmax-probe-") as root, set_config(cache_bytes=0):
         best = {}
         for name, (length, inner, shard, selection) in cases.items():
             group = zarr.open_group(f"{root}/{name}", mode="w", zarr_format=3)

@@ -36,7 +36,21 @@ class StoreCounts:
 
     def as_dict(self) -> dict[str, int]:
         return {"get": self.get, "list": self.list, "head": self.head, "put": self.put, "delete": self.delete,
-                "bytes": self.bytes}
+                "bytes": self.bytes, "retries": self.retries, "throttled": self.throttled}
+
+
+@dataclass(slots=True)
+class CacheCounts:
+    """What the reads inside a `request_counts` block got from the process's decoded-chunk cache: chunks copied
+    from it (``hits``), chunks looked for and decoded from storage (``misses``), version checks made to use kept
+    chunks (``revalidations``: a conditional request remotely, a ``stat`` locally), chunks dropped to stay under
+    the cap (``evictions``) and because their object changed (``invalidations``)."""
+
+    hits: int = 0
+    misses: int = 0
+    revalidations: int = 0
+    evictions: int = 0
+    invalidations: int = 0
 
 
 @dataclass(slots=True)
@@ -45,6 +59,7 @@ class RequestCounts:
 
     by_store: dict[str, StoreCounts] = field(default_factory=dict)
     keys: list[tuple[str, str, str]] = field(default_factory=list)
+    cache: CacheCounts = field(default_factory=CacheCounts)
 
     def total(self, kind: str) -> int:
         if kind not in (*KINDS, "bytes", *EVENTS):
@@ -72,6 +87,28 @@ def record(store_label: str, kind: str, key: str, nbytes: int = 0) -> None:
             setattr(c, kind, getattr(c, kind) + 1)
             c.bytes += nbytes
             counts.keys.append((store_label, kind, key))
+
+
+def record_event(store_label: str, event: str) -> None:
+    """Called by the byte sources for each of the `EVENTS` (``retries``, ``throttled``); not a request of its own
+    in ``keys``."""
+    if not _active:
+        return
+    with _lock:
+        for counts in _active:
+            c = counts.by_store.get(store_label)
+            if c is None:
+                c = counts.by_store[store_label] = StoreCounts()
+            setattr(c, event, getattr(c, event) + 1)
+
+
+def record_cache(what: str, n: int = 1) -> None:
+    """Called by the decoded-chunk cache: ``n`` more of ``what`` (a `CacheCounts` field)."""
+    if not _active or not n:
+        return
+    with _lock:
+        for counts in _active:
+            setattr(counts.cache, what, getattr(counts.cache, what) + n)
 
 
 @contextlib.contextmanager

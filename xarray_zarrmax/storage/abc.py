@@ -89,6 +89,13 @@ class ByteSource(ABC):
         """The names directly under ``prefix``, in the order the store lists them (zarr-python reports a
         group's members in that order)."""
 
+    async def revalidate(self, key: str, version: Hashable) -> bool:
+        """Whether ``key`` is still the object version ``version`` (a cacheable `Fetched.version` of it), by the
+        cheapest proof the source has: a local ``stat``, an S3 conditional request, an immutable snapshot. The
+        decoded-chunk cache uses a kept chunk only when this holds. Sources that cannot tell answer False."""
+        del key, version
+        return False
+
     @property
     def supports_consolidated_metadata(self) -> bool:
         """False where the store cannot hold consolidated metadata (Icechunk): ``consolidated=True`` then

@@ -51,6 +51,9 @@ def _pread_into(fd: int, buf: np.ndarray, offset: int) -> int:
     return done
 
 
+_NOTHING = np.empty(0, dtype=np.uint8)
+
+
 def _file_version(st: os.stat_result) -> tuple[int, ...]:
     # zarr's LocalStore replaces files (a new inode per write); in-place writers change size, mtime or ctime.
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -105,6 +108,11 @@ class OpenedFile:
     def fetched(self, data: np.ndarray) -> Fetched:
         return _file_fetched(data, self._st)
 
+    @property
+    def cacheable(self) -> bool:
+        """Whether this file's version may key a cache across reads (`Fetched.cacheable`)."""
+        return self.fetched(_NOTHING).cacheable
+
     def check_unchanged(self) -> None:
         _check_unchanged(self._fd, self._st, self.key)
 
@@ -147,6 +155,13 @@ class LocalSource(ByteSource):
             os.close(fd)
             return None
         return fd, st
+
+    async def revalidate(self, key: str, version: Hashable) -> bool:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return _file_version(st) == version
 
     def open_file(self, key: str) -> OpenedFile | None:
         """The object held open for reads in pieces (close it), or None when there is no object."""

@@ -56,7 +56,8 @@ from xarray_zarrmax.tuning import MAX_BACKOFF_S, MERGE_ATTEMPTS, PART_CONCURRENC
 # -- reads -----------------------------------------------------------------------------------------------------
 
 
-# -- reads -----------------------------------------------------------------------------------------------------
+class _NotModified(Exception):
+    """A conditional request's 304: the object is still the version its ETag named (`revalidate`)."""
 
 
 class ObstoreSource(ByteSource):
@@ -68,8 +69,8 @@ class ObstoreSource(ByteSource):
 
     def __init__(self, store: Any, label: str | None = None, direct: Any = None) -> None:
         self.store = store
-        self.label = label or _obstore_label(store)
         self.direct = direct
+        self.label = label or _obstore_label(store)
         self._secrets = _obstore_secrets(store)  # rebuilt on unpickle, never pickled
         self._zarr_store: Any = None
 
@@ -84,6 +85,8 @@ class ObstoreSource(ByteSource):
 
         if isinstance(err, oe.NotFoundError):
             return FileNotFoundError(key)
+        if isinstance(err, oe.NotModifiedError):
+            return _NotModified(key)  # If-None-Match held: the object is the version asked about
         if isinstance(err, oe.PreconditionError):
             return ObjectChanged(key)  # If-Match failed: the object was rewritten
         if isinstance(err, oe.AlreadyExistsError):
@@ -127,6 +130,22 @@ class ObstoreSource(ByteSource):
             return None
         accounting.record(self.label, "get", key, len(data))
         return data
+
+    async def revalidate(self, key: str, version: Hashable) -> bool:
+        """One HEAD conditional on the ETag (``If-None-Match``): 304, no body, while the object is unchanged."""
+        import obstore
+
+        if not isinstance(version, str):
+            return False
+        try:
+            await self._call("HEAD", key, obstore.get_async, key, options={"head": True, "if_none_match": version})
+        except _NotModified:
+            return True
+        except FileNotFoundError:
+            return False
+        finally:
+            accounting.record(self.label, "head", key, 0)
+        return False  # 200: another version
 
     async def _get_versioned(self, what: str, key: str, options: dict[str, Any]) -> Fetched | None:
         import obstore
@@ -278,6 +297,10 @@ def default_retry_config() -> dict[str, Any]:
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2}}
 
 
+#: The twin our own requests go through: obstore sends each once, `storage.retry` decides what is sent again.
+NO_RETRIES: dict[str, Any] = {"max_retries": 0}
+
+
 def obstore_s3_options(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` for an s3:// URL with s3fs's names renamed to obstore's, so the options written for
     engine="zarr" open the same bucket here: ``key``, ``secret``, ``token``, ``anon``, ``endpoint_url`` and
@@ -296,10 +319,6 @@ def obstore_s3_options(storage_options: Mapping[str, Any] | None) -> dict[str, A
             raise ValueError(f"storage_options give {name} (s3fs's name) and {new!r} (obstore's) different values")
         options[new] = bool(value) if name == "anon" else value
     return options
-
-#: The twin our own requests go through: obstore sends each once, `storage.retry` decides what is sent again.
-NO_RETRIES: dict[str, Any] = {"max_retries": 0}
-
 
 
 def s3_store_from_url(url: str, storage_options: Mapping[str, Any] | None) -> ObstoreSource:

@@ -88,6 +88,9 @@ class ZarrStoreSource(ByteSource):
     async def get(self, key: str) -> Buffer | None:
         return await self._get(key)
 
+    async def revalidate(self, key: str, version: Hashable) -> bool:
+        return self.snapshot is not None and version == self.snapshot  # an immutable snapshot: no request
+
     async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         data = await self._get(key)
         if data is not None and max_size is not None:

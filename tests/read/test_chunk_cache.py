@@ -1,0 +1,305 @@
+"""The decoded-chunk cache (`read.chunk_cache`): bounded, least recently used first out, used only for the object
+version its chunks were decoded from, on every store kind, with what it saves asserted in request counts."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.codecs import ZstdCodec
+
+import xarray_zarrmax
+from tests.support.changes import CASES, change_case, create_case, read_selections
+from xarray_zarrmax import cache_info, clear_cache, request_counts, set_config
+from xarray_zarrmax.gpu.device import HostDevice
+from xarray_zarrmax.read.chunk_cache import DecodedChunks
+from xarray_zarrmax.storage import LocalSource, local
+from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES, RACY_WINDOW_NS
+
+CAP = 64 * 2**20
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    """An empty cache of 64 MiB for each test, and files old enough to be kept (the racy-file rule has its
+    own test below)."""
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)
+    clear_cache()
+    with set_config(cache_bytes=CAP):
+        yield
+    clear_cache()
+
+
+def _cube(path, shape=(64, 32, 32), chunks=(8, 16, 16), shards=(32, 32, 32)) -> np.ndarray:
+    group = zarr.open_group(str(path) if isinstance(path, os.PathLike | str) else path, mode="w", zarr_format=3)
+    arr = group.create_array("v", shape=shape, chunks=chunks, shards=shards, dtype="f4",
+                             compressors=[ZstdCodec(level=1)], dimension_names=["t", "y", "x"])
+    data = np.random.default_rng(0).random(shape, dtype="f4")
+    arr[:] = data
+    return data
+
+
+# -- the store itself --------------------------------------------------------------------------------------------
+
+
+def test_never_above_its_cap_and_least_recently_used_first_out():
+    cache = DecodedChunks()
+    obj = ("file:///x", "v/c/0", None)
+    cost = 800 + CHUNK_ENTRY_BYTES  # a chunk of 800 bytes and its entry
+    with set_config(cache_bytes=3 * cost):
+        for i in range(3):
+            cache.keep(obj, "v1", (i,), np.zeros(100))
+        cache.lookup(obj, [(0,)])  # (0,) is now the most recently used
+        cache.keep(obj, "v1", (3,), np.zeros(100))
+        info = cache.info()
+        assert info.held_bytes == 3 * cost and info.entries == 3 and info.evictions == 1
+        assert set(cache.lookup(obj, [(0,), (1,), (2,), (3,)])[1]) == {(0,), (2,), (3,)}  # (1,) went first
+        cache.keep(obj, "v1", (9,), np.zeros(3 * cost // 8))  # larger than the cap: not kept, nothing evicted
+        assert cache.info().entries == 3
+
+
+def test_one_object_never_holds_two_versions():
+    cache = DecodedChunks()
+    obj = ("file:///x", "v/c/0", None)
+    with set_config(cache_bytes=CAP):
+        cache.keep(obj, "old", (0,), np.zeros(4))
+        cache.keep(obj, "old", (1,), np.zeros(4))
+        cache.keep(obj, "new", (2,), np.ones(4))
+        version, found = cache.lookup(obj, [(0,), (1,), (2,)])
+        assert version == "new" and list(found) == [(2,)]
+        assert cache.info().invalidations == 2
+
+
+def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
+    cache = DecodedChunks()
+    cap = 50 * (8 * 64 + CHUNK_ENTRY_BYTES)
+    errors = []
+
+    def work(n: int) -> None:
+        try:
+            rng = np.random.default_rng(n)
+            for i in range(2000):
+                obj = ("s", f"k{rng.integers(20)}", None)
+                if i % 2:
+                    cache.keep(obj, "v", (int(rng.integers(10)),), np.zeros(int(rng.integers(1, 64))))
+                else:
+                    cache.lookup(obj, [(j,) for j in range(10)])
+                assert cache.info().held_bytes <= cap
+        except Exception as err:  # surfaced in the main thread below
+            errors.append(err)
+
+    with set_config(cache_bytes=cap):
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        info = cache.info()
+    assert not errors
+    assert info.held_bytes == sum(e.cost for e in cache._entries.values()) <= cap
+
+
+# -- reads ---------------------------------------------------------------------------------------------------------
+
+
+def test_thin_slabs_decode_each_chunk_once(tmp_path):
+    """zarr-python #4306's workload: slabs thinner than a chunk decode each chunk once, not once a slab."""
+    data = _cube(tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False)
+    oracle = xr.open_dataset(tmp_path / "c.zarr", engine="zarr", consolidated=False)
+    with request_counts() as counts:
+        for t in range(64):
+            got = ds.v.isel(t=slice(t, t + 1)).values
+            np.testing.assert_array_equal(got, oracle.v.isel(t=slice(t, t + 1)).values)
+    chunks = (64 // 8) * 2 * 2
+    assert counts.cache.misses == chunks  # each chunk decoded once
+    assert counts.cache.hits == 64 * 4 - chunks
+    np.testing.assert_array_equal(ds.v.values, data)
+    info = cache_info()
+    assert info.entries == chunks and info.held_bytes == 64 * 32 * 32 * 4 + chunks * CHUNK_ENTRY_BYTES <= info.cap_bytes
+
+
+def test_a_repeated_read_sends_no_get_and_decodes_nothing(tmp_path):
+    data = _cube(tmp_path / "c.zarr")
+    for chunks in (None, {}):
+        clear_cache()
+        ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", chunks=chunks, consolidated=False)
+        first = ds.v.isel(t=slice(3, 20), x=slice(5, 30)).values
+        with request_counts() as again:
+            second = ds.v.isel(t=slice(3, 20), x=slice(5, 30)).values
+        np.testing.assert_array_equal(first, data[3:20, :, 5:30])
+        np.testing.assert_array_equal(second, first)
+        assert again.total("get") == 0 and again.cache.misses == 0 and again.cache.hits == 3 * 2 * 2
+
+
+def test_pointwise_reads_use_and_fill_the_cache(tmp_path):
+    data = _cube(tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False)
+    points = {"t": xr.DataArray([0, 9, 63], dims="p"), "x": xr.DataArray([1, 20, 31], dims="p")}
+    np.testing.assert_array_equal(ds.v.isel(points).values, data[[0, 9, 63], :, [1, 20, 31]])
+    with request_counts() as again:
+        np.testing.assert_array_equal(ds.v.isel(points).values, data[[0, 9, 63], :, [1, 20, 31]])
+    assert again.total("get") == 0 and again.cache.hits > 0 and again.cache.misses == 0
+
+
+def test_off_keeps_nothing_and_counts_nothing(tmp_path):
+    _cube(tmp_path / "c.zarr")
+    with set_config(cache_bytes=0):
+        ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False, cache=False)
+        with request_counts() as counts:
+            ds.v.values
+            ds.v.values
+    assert cache_info().entries == 0
+    assert (counts.cache.hits, counts.cache.misses, counts.cache.revalidations) == (0, 0, 0)
+
+
+def test_device_reads_neither_use_nor_fill_the_cache(tmp_path):
+    """The device path decodes on the device: the cache (host memory) is not used; stated in docs/guide/gpu.md."""
+    data = _cube(tmp_path / "c.zarr")
+    on_device = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", device=HostDevice(), consolidated=False,
+                                cache=False)
+    np.testing.assert_array_equal(on_device.v.values, data)
+    assert cache_info().entries == 0
+    xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values  # fills it
+    with request_counts() as counts:
+        np.testing.assert_array_equal(on_device.v.values, data)
+    assert counts.total("get") > 0 and counts.cache.hits == 0
+
+
+def test_a_recently_written_file_is_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 3600 * 10**9)  # everything was modified "just now"
+    _cube(tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False)
+    ds.v.values
+    assert cache_info().entries == 0
+
+
+def test_a_lowered_cap_evicts_to_it(tmp_path):
+    _cube(tmp_path / "c.zarr")
+    xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values
+    assert cache_info().held_bytes == 64 * 32 * 32 * 4 + 32 * CHUNK_ENTRY_BYTES
+    with set_config(cache_bytes=2**16):
+        info = cache_info()
+        assert info.held_bytes <= 2**16 and info.cap_bytes == 2**16
+
+
+class _RewritingSource(LocalSource):
+    """Rewrites the array the first time chunk ranges are asked for: after kept chunks were looked up."""
+
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.rewrites = 0
+
+    def read_ranges(self, key, ranges, version=None):
+        if self.rewrites == 0:
+            self.rewrites += 1
+            change_case(zarr.storage.LocalStore(self.root), "other-size")
+        return super().read_ranges(key, ranges, version)
+
+
+def test_a_partial_hit_on_an_object_that_changed_meanwhile_reads_every_chunk_afresh(tmp_path):
+    path = tmp_path / "a.zarr"
+    create_case(zarr.storage.LocalStore(path), "other-size")
+    plain = xr.open_dataset(str(path), engine="zarrmax", consolidated=False)
+    plain.v[0:8].values  # keeps chunks 0 and 1 of shard 0
+    source = _RewritingSource(path)
+    ds = xr.open_dataset(source, engine="zarrmax", consolidated=False)
+    with set_config(full_shard_fraction=1.0):
+        got = ds.v[0:16].values  # chunks 0-1 kept, 2-3 fetched: the object changes before they come
+    assert source.rewrites == 1
+    expected = xr.open_dataset(str(path), engine="zarr", consolidated=False).v[0:16].values
+    np.testing.assert_array_equal(got, expected)  # all four from the new version, none kept from the old
+
+
+# -- every store kind, the data changing between reads --------------------------------------------------------------
+
+
+def _kept_requests(kind: str, counts) -> None:
+    """What a read of chunks all kept costs on each store kind."""
+    if kind == "memory":  # no versions: nothing is kept
+        assert counts.cache.hits == 0
+        return
+    assert counts.cache.misses == 0 and counts.cache.hits > 0  # no chunk decoded
+    # No chunk fetched: a GET is only a shard's index where every chunk read is a fill value (no chunk range
+    # fetched against a kept index would prove it current: 8 entries and a crc32c), or an object that does not
+    # exist (nothing). A chunk is 256 bytes.
+    assert counts.total("bytes") <= counts.total("get") * (8 * 16 + 4)
+    if kind == "minio":  # one conditional HEAD per object (304); local: a stat; Icechunk: its snapshot, nothing
+        assert counts.total("head") == counts.cache.revalidations > 0
+    else:
+        assert counts.total("head") == 0
+
+
+@pytest.mark.parametrize("case", [*CASES, "appended"])
+def test_cached_reads_after_a_change_match_engine_zarr(store_factory, case):
+    written = store_factory.new()
+    create_case(written.store, "other-size" if case == "appended" else case)
+    written.finish()
+    lazy = xr.open_dataset(written.target, engine="zarrmax", **written.open_kwargs)
+    oracle = xr.open_dataset(written.oracle_store, engine="zarr", consolidated=False)
+    first = read_selections(lazy)
+    with request_counts() as again:
+        second = read_selections(lazy)
+    for a, b, c in zip(first, second, read_selections(oracle), strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+    _kept_requests(store_factory.kind, again)
+
+    store = written.rewrite()
+    if case == "appended":  # the array grows: its last shard is rewritten, a new one added
+        arr = zarr.open_array(store, path="v", mode="r+")
+        arr.resize((80, 8))
+        arr[60:] = np.arange(20 * 8.0).reshape(20, 8)
+    else:
+        change_case(store, case)
+    written.finish()
+
+    # Both engines' Datasets opened before the change read it alike (an Icechunk session: its snapshot), and
+    # new ones read the new data.
+    for a, b in zip(read_selections(lazy), read_selections(oracle), strict=True):
+        np.testing.assert_array_equal(a, b)
+    fresh = xr.open_dataset(written.target, engine="zarrmax", **written.open_kwargs)
+    oracle_now = xr.open_dataset(written.oracle_store, engine="zarr", consolidated=False)
+    for a, b in zip(read_selections(fresh), read_selections(oracle_now), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(fresh.v.values, oracle_now.v.values)
+
+
+def test_each_dask_worker_process_has_its_own_cache(tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    data = _cube(tmp_path / "c.zarr")
+    monkeypatch.setenv("XARRAY_ZARRMAX_CACHE_BYTES", str(CAP))  # the workers' processes start with it
+    time.sleep(RACY_WINDOW_NS / 1e9)  # the workers trust a file only once it is older than the racy window
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    with cluster, distributed.Client(cluster) as client:
+        ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", chunks={}, consolidated=False)
+        for _ in range(3):
+            np.testing.assert_array_equal(ds.v.compute().values, data)
+        infos = client.run(xarray_zarrmax.cache_info)
+    assert sum(i.hits for i in infos.values()) > 0  # the second and third computes found their chunks
+    assert all(0 < i.held_bytes <= i.cap_bytes == CAP for i in infos.values() if i.entries)
+
+
+@pytest.mark.s3
+def test_load_async_uses_and_fills_the_cache(minio, bucket):
+    """`Dataset.load_async` reads on the I/O loop (`read_selection_async`): kept chunks serve it too, each
+    object proven unchanged by one conditional HEAD."""
+    import asyncio
+
+    store = zarr.storage.ObjectStore(minio.obstore(bucket, "cache-async.zarr"))
+    data = _cube(store)
+    url = f"s3://{bucket}/cache-async.zarr"
+    opened = {"engine": "zarrmax", "consolidated": False, "cache": False,
+              "storage_options": minio.storage_options()}
+    first = asyncio.run(xr.open_dataset(url, **opened).load_async())
+    with request_counts() as again:
+        second = asyncio.run(xr.open_dataset(url, **opened).load_async())
+    np.testing.assert_array_equal(first.v.values, data)
+    np.testing.assert_array_equal(second.v.values, data)
+    assert again.cache.hits == 32 and again.cache.misses == 0
+    assert again.total("head") == again.cache.revalidations == 2  # one per shard
