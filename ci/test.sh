@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 seed="${HYPOTHESIS_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 case "$seed" in ''|*[!0-9]*) echo "ci/test.sh: HYPOTHESIS_SEED must be a non-negative integer. Got '$seed'." >&2; exit 1;; esac
 echo "hypothesis seed: $seed"
-bash ci/setup.sh test || exit 1
+bash ci/setup.sh test,docs,release || exit 1
 bash ci/install_services.sh || exit 1
 start=$(date +%s)
 .venv/bin/ruff check xarray_zarrmax tests asv_bench ci || exit 1
@@ -25,6 +25,12 @@ if [ "$rc" -eq 5 ]; then
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
+# The documentation site (MkDocs, warnings as errors) and every public name in its API reference
+# (docs/dev/docs-site.md); the pages' examples ran with pytest (tests/test_docs.py).
+bash ci/docs.sh || exit 1
+# The release: sdist and wheel, twine check --strict, the wheel in a fresh venv read from outside the checkout;
+# __version__, the wheel and CHANGELOG.md agree (docs/dev/contributing.md#releases).
+bash ci/release_check.sh || exit 1
 # The GPU check (ci/gpu_check.sh, run on a lent GPU) on the NumPy stand-in, so it cannot rot while none is lent.
 bash ci/gpu_check.sh --dry-run --out build/gpu_check_dry >/dev/null || { cat build/gpu_check_dry/summary.md; exit 1; }
 echo "gpu check dry run: every step passed (build/gpu_check_dry/summary.md)"

@@ -16,7 +16,7 @@ from xarray_zarrmax.read.chunk_cache import CacheInfo, cache_info, clear_cache
 from xarray_zarrmax.storage import glob
 from xarray_zarrmax.write.dataset import to_zarr
 
-__version__ = "0.1.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "AdviceReport",
