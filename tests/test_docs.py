@@ -69,15 +69,7 @@ GPU_ONLY = {
 }
 
 #: (page, text in the block) -> why it fails as written; strict: a block that passes must leave this list.
-KNOWN_FAILURES = {
-    ("docs/guide/writing.md", 'ds.zarrmax.to_zarr("/data/era5.zarr", encoding=enc)'):
-        "a list of alternatives, not a script: its last lines write /data/era5.zarr with mode 'w-' (the default) "
-        "after the lines before them appended to it and rewrote a region of it (FileExistsError); writing the "
-        "accessor examples to new paths would make it run",
-    ("docs/guide/writing.md", 'encoding="advise"'):
-        "writes s3://bucket/era5.zarr, which the page's first block already wrote (mode 'w-': FileExistsError); "
-        "another URL (s3://bucket/era5-advised.zarr) would make it run",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 #: What the page's world holds for each text an example may mention: built only when the page mentions it.
 #: Per-page exceptions: `ABSENT` (stores the page writes, so they must not exist before it runs).
