@@ -75,15 +75,20 @@ _lock = threading.Lock()
 _active: list[RequestCounts] = []
 
 
+def _store(counts: RequestCounts, store_label: str) -> StoreCounts:
+    c = counts.by_store.get(store_label)
+    if c is None:
+        c = counts.by_store[store_label] = StoreCounts()
+    return c
+
+
 def record(store_label: str, kind: str, key: str, nbytes: int = 0) -> None:
     """Called by the byte sources for every request they send."""
     if not _active:
         return
     with _lock:
         for counts in _active:
-            c = counts.by_store.get(store_label)
-            if c is None:
-                c = counts.by_store[store_label] = StoreCounts()
+            c = _store(counts, store_label)
             setattr(c, kind, getattr(c, kind) + 1)
             c.bytes += nbytes
             counts.keys.append((store_label, kind, key))
@@ -96,9 +101,7 @@ def record_event(store_label: str, event: str) -> None:
         return
     with _lock:
         for counts in _active:
-            c = counts.by_store.get(store_label)
-            if c is None:
-                c = counts.by_store[store_label] = StoreCounts()
+            c = _store(counts, store_label)
             setattr(c, event, getattr(c, event) + 1)
 
 
