@@ -225,7 +225,7 @@ _COUNTS = ("hits", "misses", "revalidations", "evictions", "invalidations")
 def run(store: Store, cycles: int, *, sample_every: int = 20, seed: int = 0,
         progress: Callable[[Sample], None] | None = None) -> Result:
     """``cycles`` cycles of a fresh soak of ``store``, sampled every ``sample_every`` cycles, with the
-    decoded-chunk cache capped at `CHUNK_CACHE_BYTES` (and emptied first)."""
+    decoded-chunk cache capped at `CHUNK_CACHE_BYTES` (and emptied first) and the shard-index cache emptied."""
     import xarray_zarrmax
     from xarray_zarrmax.read import cache_info, clear_cache, index_cache
 
@@ -238,6 +238,8 @@ def run(store: Store, cycles: int, *, sample_every: int = 20, seed: int = 0,
 
     with xarray_zarrmax.set_config(cache_bytes=CHUNK_CACHE_BYTES):
         clear_cache()
+        for token in index_cache.tokens():  # indexes of Datasets left open before (other tests in this process):
+            index_cache.forget_store(token)  # the figures are the soak's own
         soak.setup()
         before = cache_info()
         start = time.perf_counter()
