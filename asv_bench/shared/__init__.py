@@ -11,7 +11,10 @@
   one operation (issue 13);
 - `timing`: warm-up and median, seeded interleaved orders, ``warm_memory``, the machine's load and steal;
 - `services`: MinIO and toxiproxy on loopback for a run (from `xarray_zarrmax.testing`);
-- `process`: a harness function run in a fresh interpreter (peak memory, another source tree).
+- `process`: a harness function run in a fresh interpreter (peak memory, another source tree);
+- `cache_workloads`: the decoded-chunk cache's workloads (slabs, rolling windows, epochs, revisited maps);
+- `release_runs`, `release_history`, `release_plot`: the asv history over releases (`asv_bench/releases.txt`),
+  its noise and regressions, and its figure, for `tables.perf_report`.
 """
 
 from asv_bench.shared.peers import Missing, Where, peak_memory, read_engine

@@ -13,7 +13,9 @@ baselines (engine="zarr", the peers, the physical ceilings), measured in the sam
 - ``soak``: 2,000 open/read/write/close cycles per store, what the process holds along the way against each
   cache's cap (docs/dev/soak.md; tests/properties/test_soak.py asserts the same);
 - ``throttling``: a MinIO with a request limit read by one process and by clusters of 4 and 8 (issue 46);
+- ``chunk_cache``: the decoded-chunk cache against no cache and zarr's CacheStore (docs/dev/cache.md);
 - ``compare_read``: the read table's layouts read by two source trees, interleaved (did a change slow reads?);
-- ``perf_report``: the asv suite's saved results as tables; ``performance_doc``: reruns the tables above into
+- ``perf_report``: the asv suite's results over releases as tables, regressions first
+  (docs/dev/performance-asv.md); ``performance_doc``: reruns the tables above into
   docs/dev/performance.md.
 """

@@ -1,16 +1,24 @@
 """Regenerate docs/dev/performance-asv.md (markdown tables) and docs/dev/performance-asv.png from asv's results.
 
-    .venv/bin/python -m asv_bench.tables.perf_report [--results .asv/results] [--machine NAME] [--commit HASH]
+    .venv/bin/python -m asv_bench.tables.perf_report [--results .asv/results] [--machine NAME]
+                                                     [--releases asv_bench/releases.txt] [--commit HASH]
                                                      [--out docs/dev/performance-asv.md]
                                                      [--plot docs/dev/performance-asv.png]
 
-Reads the JSON result files asv writes (``asv run``, ``asv continuous``, or ``asv run --python=same
---set-commit-hash HASH``: a ``--python=same`` run without it is not saved): by default the machine with the
-newest results, and on it the newest commit that has results (by commit date; every environment's file for
-that commit is merged, the newest file winning where two hold the same benchmark). Benchmark metadata
-(parameter names, units) comes from ``benchmarks.json`` beside them. Every benchmark of the suite has
-``engine`` as a parameter, so each table puts engine="zarr" and engine="zarrmax" side by side with how many
-times better zarrmax does.
+By default, the history over releases (issue #44; the runs: `asv_bench.shared.release_runs`): for every
+benchmark, one line per release of ``--releases`` (named by its tag) with engine="zarr" and engine="zarrmax"
+side by side, "not runnable at this release (why)" where the release lacks what the benchmark needs (the
+reason is read from the runs' logs in ``--logs``: asv's result files keep no error text), a plot of the
+history, and at the top every regression between two releases beyond the run-to-run noise that the reruns of
+the newest release (``--reruns``) show. The page states the rule, the command, the machine, its load average
+and ``ZARRMAX_ASV_MIB`` (from the runs' records in ``--logs``).
+
+``--commit HASH`` (or no results for any release) gives the older one-commit page instead: the results of that
+commit (by default the machine's newest), every environment's file for it merged, the newest file winning.
+
+Both read the JSON result files asv writes (``asv run``, or ``asv run --python=same --set-commit-hash HASH``:
+a ``--python=same`` run without it is not saved), by default for the machine with the newest results, and the
+benchmark metadata (parameter names, units) from ``benchmarks.json`` beside them.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asv_bench.shared import release_history as rh
+from asv_bench.shared import release_plot
 from asv_bench.shared.process import ROOT
 from asv_bench.shared.runner import Session, Table, execute
 
@@ -45,6 +55,16 @@ NOTES = {
     "time_read_distributed": "full read on a distributed LocalCluster (2 worker processes, 2 threads each).",
     "time_read_to_device": "full read into GPU memory (CuPy array).",
     "track_read_throughput_to_device": "GB/s into GPU memory, median of 3 reads after a warm-up.",
+    "time_open_datatree": "`xr.open_datatree(..., chunks={})` of a 10-group, 100-array tree on MinIO; latency 20 ms "
+                          "puts toxiproxy in front of it.",
+    "track_open_tree_requests": "GET + LIST + HEAD requests sent by one open of the same tree.",
+    "time_write": "one whole-array write (`stack`: `to_zarr` is xarray's `Dataset.to_zarr` with engine zarr, "
+                  "`zarrmax` is `xarray_zarrmax.to_zarr`; `put` and `encode` the raw PUT and encode ceilings).",
+    "track_write_requests": "GETs and PUTs of stored objects sent by one `xarray_zarrmax.to_zarr` write or append "
+                            "on MinIO (zarrmax only).",
+    "time_operation": "one access-pattern operation on a 96 x 73 x 144 float32 field after a fresh open "
+                      "(`chunks=None`); MinIO through toxiproxy adding 20 ms.",
+    "track_requests": "GET requests one access-pattern operation sends after a fresh open (MinIO).",
 }
 # asv reads every number as lower-is-better; these are the other way round.
 HIGHER_IS_BETTER_UNITS = {"GB/s", "ratio"}
@@ -136,7 +156,7 @@ def _unquote(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"" else s
 
 
-def fmt(value: float | None, bench: Benchmark) -> str:
+def fmt(value: float | None, bench: Benchmark | rh.Method) -> str:
     if value is None:
         return "failed"
     if math.isnan(value):
@@ -152,7 +172,7 @@ def fmt(value: float | None, bench: Benchmark) -> str:
     return f"{value:.3g}"
 
 
-def advantage(zarr: float | None, zarrmax: float | None, bench: Benchmark) -> float | None:
+def advantage(zarr: float | None, zarrmax: float | None, bench: Benchmark | rh.Method) -> float | None:
     """How many times better zarrmax does than zarr (> 1: better), whichever way the unit points."""
     if zarr is None or zarrmax is None or math.isnan(zarr) or math.isnan(zarrmax) or zarr <= 0 or zarrmax <= 0:
         return None
@@ -181,7 +201,7 @@ def table(bench: Benchmark) -> str:
     return "\n".join(lines)
 
 
-def describe(bench: Benchmark) -> str:
+def describe(bench: Benchmark | rh.Method) -> str:
     direction = "higher is better" if bench.higher_is_better else "lower is better"
     what = {"time": "wall time", "peakmemory": "peak resident memory of the whole benchmark process",
             "memory": "size of the returned object"}.get(bench.kind, bench.unit or bench.kind)
@@ -238,10 +258,7 @@ def plot(benches: list[Benchmark], path: Path) -> None:
 def render(machine: str, machine_info: dict[str, Any], head: dict[str, Any], benches: list[Benchmark],
            plot_path: Path | None, out_path: Path) -> str:
     date = dt.datetime.fromtimestamp((head.get("date") or 0) / 1e3, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    shown = dict(machine_info)
-    if str(shown.get("ram", "")).isdigit():
-        shown["ram"] = f"{int(shown['ram']) / 2**30:.0f} GiB"
-    info = ", ".join(f"{k} {shown[k]}" for k in ("cpu", "num_cpu", "ram", "os") if shown.get(k))
+    info = _machine(machine_info)
     lines = [
         "# Performance: continuous benchmarks (asv)",
         "",
@@ -272,10 +289,264 @@ def render(machine: str, machine_info: dict[str, Any], head: dict[str, Any], ben
     return "\n".join(lines)
 
 
+# -- the history over releases ------------------------------------------------------------------------------
+
+WORKING_TREE = (
+    "The working tree (0.8.0, unreleased) is left out: it has no commit for asv to build, it changes under other "
+    "work while a history runs, and `asv run --python=same` would measure it in `.venv`, whose dependencies are "
+    "not those of asv's environment, so a difference from 0.7.0 could come from either. Compare it with the "
+    "newest release by `asv continuous` once it is committed, or add its commit to a history run after it is "
+    "tagged."
+)
+
+
+@dataclass
+class History:
+    releases: list[rh.Release]
+    results: dict[str, dict[str, Any]]  # commit -> its result file
+    methods: dict[str, rh.Method]
+    thresholds: dict[str, rh.Noise]  # benchmark -> its noise
+    runs: int  # runs of the newest release compared for noise
+    regressions: list[rh.Regression]
+    records: dict[str, dict[str, Any]]  # step -> record (release_runs)
+
+
+def load_history(args: argparse.Namespace, meta: dict[str, Any], machine: str) -> History | None:
+    releases = rh.releases(args.releases)
+    results = {r.commit: d for r in releases if (d := rh.result_file(args.results / machine, r.commit)) is not None}
+    if not results:
+        return None
+    records = {p.stem: _load(p) for p in sorted(args.logs.glob("*.json"))}
+    # the history's log last: its reason wins for the commit whose result the page shows
+    logs = sorted(args.logs.glob("rerun-*.log")) + [args.logs / "history.log"]
+    regexes = rh.bench_regexes(records.get("history", {}).get("argv", []))
+    methods = rh.collect(releases, results, meta, rh.read_failures(logs, list(meta)), regexes)
+    newest = releases[-1].commit
+    reruns = [_load(p) for p in sorted((args.reruns / machine).glob(f"{newest[:8]}-*.json"))]
+    thresholds = rh.noise(newest, results.get(newest), reruns, meta, methods, releases)
+    runs = len(reruns) + (newest in results)
+    return History(releases, results, methods, thresholds, runs, rh.regressions(methods, releases, thresholds),
+                   records)
+
+
+def _params(others: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in others)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+def read_rate(method: rh.Method, others: tuple[tuple[str, str], ...], mib: int | None) -> int | None:
+    """Bytes read by one sample of ``ReadThroughput.time_read`` (None for other benchmarks)."""
+    if mib is None or not method.name.endswith("ReadThroughput.time_read"):
+        return None
+    from asv_bench.shared.read_layouts import layouts
+
+    by_name = {layout.name: layout.nbytes for layout in layouts(mib)}
+    return by_name.get(dict(others).get("layout", ""))
+
+
+def cell(method: rh.Method, point: rh.Point | None, flagged: rh.Regression | None, nbytes: int | None) -> str:
+    if point is None:
+        return "not run"
+    if point.value is None:
+        why = _md(point.reason)
+        return (f"not runnable at this release (`{why}`)" if rh.not_runnable(point.reason)
+                else f"failed at this release (`{why}`)")
+    if math.isnan(point.value):
+        return "skipped"
+    text = fmt(point.value, method)
+    if nbytes and point.value > 0:
+        text += f" ({nbytes / point.value / 1e9:.2f} GB/s)"
+    if flagged is not None:
+        text += f" **regression: {flagged.factor:.2f}x vs {flagged.before.name}**"
+    return text
+
+
+def history_table(h: History, method: rh.Method, mib: int | None) -> str:
+    engines = method.engines()
+    others = [n for n in method.param_names if n != method.engine_param]
+    baseline = next((e for e in ("zarr", "to_zarr") if e in engines), None)
+    compare = baseline is not None and "zarrmax" in engines
+    head = others + ["release"] + engines + (["zarrmax advantage"] if compare else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    flagged = {(r.others, r.engine, r.after.commit): r for r in h.regressions if r.method == method.name}
+    for group in method.groups():
+        nbytes = read_rate(method, group, mib)
+        for i, release in enumerate(h.releases):
+            cells = [dict(group).get(n, "") if i == 0 else "" for n in others] + [release.name]
+            per = {e: method.series.get((group, e), {}).get(release.commit) for e in engines}
+            if release.commit not in h.results:
+                per = dict.fromkeys(engines)
+            cells += [cell(method, per[e], flagged.get((group, e, release.commit)), nbytes) for e in engines]
+            if compare:
+                assert baseline is not None
+                z, m = per[baseline], per["zarrmax"]
+                adv = advantage(z.value if z else None, m.value if m else None, method)
+                cells.append("" if adv is None else f"{adv:.2f}x")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def coverage(h: History) -> str:
+    """Which benchmarks ran at which release: measured series out of those the history has."""
+    head = ["benchmark"] + [r.name for r in h.releases]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method in h.methods.values():
+        cells = [f"`{method.name.split('.', 1)[-1]}`"]
+        for release in h.releases:
+            got = [p for s in method.series.values() if (p := s.get(release.commit)) is not None]
+            ok = sum(1 for p in got if rh.measured(p))
+            n = len(method.series)
+            cells.append("not run" if release.commit not in h.results else
+                         "all" if ok == n else "none" if ok == 0 else f"{ok} of {n}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _step(record: dict[str, Any]) -> str:
+    took = (record["end"] - record["start"]) / 60
+    mib = f"ZARRMAX_ASV_MIB={record['zarrmax_asv_mib']}, " if record.get("zarrmax_asv_mib") else ""
+    low, high, mean = record["load_1min_min"], record["load_1min_max"], record["load_1min_mean"]
+    load = (f"load average (1 min) {record['load_start'][0]:.1f} at the start, {record['load_end'][0]:.1f} at the "
+            f"end, {low:.1f} to {high:.1f} (mean {mean:.1f}) {record.get('load_note', 'sampled every 30 s')}")
+    cores = record.get("nproc", "?")
+    return f"`{record['command']}` ({mib}{_when(record['start'])}, {took:.0f} min; {load}, on {cores} cores)"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def describe_noise(h: History, n: rh.Noise) -> str:
+    parts = []
+    if n.reruns_n:
+        parts.append(f"the {h.runs} runs of {h.releases[-1].name} differ by up to {n.reruns:.2f}x over "
+                     f"{_count(n.reruns_n, 'combination')}")
+    if n.baseline_n:
+        parts.append(f"the zarr engine between consecutive releases by up to {n.baseline:.2f}x over "
+                     f"{_count(n.baseline_n, 'combination')}")
+    return f"{n.threshold:.2f}x ({'; '.join(parts)})"
+
+
+def regressions_section(h: History) -> list[str]:
+    newest = h.releases[-1].name
+    lines = ["## Regressions", ""]
+    if not h.thresholds:
+        return lines + [f"Not assessed: no rerun of {newest} and no baseline series to measure run-to-run noise "
+                        "with (`python -m asv_bench.shared.release_runs --steps rerun`).", ""]
+    lines += [
+        "Rule: a release regresses a benchmark (one parameter combination, one engine) when it does worse than "
+        "the nearest earlier release that measured it by more than that benchmark's **noise threshold**, and, "
+        "where asv recorded quartiles (time benchmarks), the two interquartile ranges of the samples do not "
+        "overlap. \"Worse\" is slower or more requests. The noise threshold of a benchmark is the largest "
+        "difference (ratio larger / smaller, over all its parameter combinations and engines) seen where no "
+        f"code of the package changed: between any two of the {h.runs} runs of {newest} (the history's and its "
+        "reruns: one commit, the same settings, at different times), and, for time benchmarks, between "
+        "consecutive releases of the zarr engine (`to_zarr` for writes), which runs zarr-python's code, the same at "
+        "every release in the one environment. For request counts only the reruns count; it is 1.00x when every "
+        "run sent the same requests, so any increase is listed. So a baseline column cannot regress by this rule, "
+        "and a zarrmax change must exceed the largest swing the machine produced on its own.",
+        "",
+    ]
+    if not h.regressions:
+        return lines + ["None: no release does worse than the release before it beyond the noise threshold.", ""]
+    order = [x.commit for x in h.releases]
+    for r in sorted(h.regressions, key=lambda r: (order.index(r.after.commit), r.method)):
+        method = h.methods[r.method]
+        where = _params(r.others)
+        lines.append(f"- `{r.method.split('.', 1)[-1]}` ({where + '; ' if where else ''}{r.engine}): "
+                     f"{r.before.name} {fmt(r.old.value, method)} -> {r.after.name} {fmt(r.new.value, method)}, "
+                     f"{r.factor:.2f}x worse (threshold {r.threshold:.2f}x)")
+    return lines + [""]
+
+
+def render_history(h: History, machine: str, machine_info: dict[str, Any], plot_path: Path | None,
+                   out_path: Path, env_root: Path) -> str:
+    history = h.records.get("history")
+    mib = history.get("zarrmax_asv_mib") if history else None
+    versions = rh.env_versions(env_root, ("numpy", "xarray", "zarr", "dask", "numcodecs", "obstore"))
+    lines = [
+        "# Performance over releases (asv)",
+        "",
+        "Generated by `asv_bench/tables/perf_report.py` from airspeed velocity results; do not edit by hand. "
+        "Regenerate with `.venv/bin/python -m asv_bench.shared.release_runs` (the runs, below) then "
+        "`.venv/bin/python -m asv_bench.tables.perf_report`.",
+        "",
+        *regressions_section(h),
+        "## How this was measured",
+        "",
+        f"- releases: {', '.join(f'{r.name} (`{r.commit[:7]}`)' for r in h.releases)} (`asv_bench/releases.txt`, "
+        "named by their tags)",
+        f"- machine `{machine}`: {_machine(machine_info)}",
+    ]
+    if history:
+        lines.append(f"- history: {_step(history)}")
+    for name in sorted(k for k in h.records if k.startswith("rerun")):
+        lines.append(f"- {name} ({h.releases[-1].name} again, for the noise): {_step(h.records[name])}")
+    if versions:
+        lines.append("- one asv virtualenv (Python 3.12) for every release, each release's wheel installed in turn "
+                     "with its `[test]` extras: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    lines += [
+        f"- `ZARRMAX_ASV_MIB={mib}`: the read and write benchmarks' arrays are {mib} MiB (the float32 cube 64 MiB), "
+        "the same for every release" if mib else "- `ZARRMAX_ASV_MIB`: not recorded",
+        "",
+        "The subset (`SUBSET` in `asv_bench/shared/release_runs.py`) is a few parameter combinations of every area "
+        "of the suite, both engines each: open latency (`OpenManyVariables`, `OpenTree`), request counts "
+        "(`OpenRequests`, `OpenTreeRequests`, `AccessRequests`, `WriteRequests`), read throughput "
+        "(`ReadThroughput.time_read`, with the GB/s it implies), writes (`WriteThroughput`) and access patterns "
+        "(`AccessPatterns`); the whole suite per release would take hours on this machine. The machine is shared "
+        "with other work, so the noise threshold is measured rather than assumed. Cells: a value (time benchmarks: "
+        "asv's median of the samples); `not runnable at this release (why)`: the benchmark or its harness needs "
+        "something the release does not have (an import or an argument; the error is quoted from the run's log); "
+        "`failed at this release (why)`: any other error; `skipped`: asv skipped it; `not run`: no result for the "
+        "release. \"zarrmax advantage\" is how many times better zarrmax does than the zarr engine in the same "
+        "run. The html site of the same results: `cd asv_bench && ../.venv/bin/asv publish` (in `.asv/html`).",
+        "",
+        WORKING_TREE,
+        "",
+        "## Which benchmarks ran at which release",
+        "",
+        "Measured parameter combinations and engines, out of those in the history.",
+        "",
+        coverage(h),
+        "",
+    ]
+    if plot_path is not None and plot_path.exists():
+        rel = os.path.relpath(plot_path, out_path.parent)
+        lines += [f"![each benchmark over releases, per engine]({Path(rel).as_posix()})", ""]
+    for method in h.methods.values():
+        note = NOTES.get(method.name.rsplit(".", 1)[-1], "")
+        doc = (note[0].upper() + note[1:] + " " if note else "") + f"Unit: {describe(method)}."
+        if method.name in h.thresholds:
+            doc += f" Noise threshold {describe_noise(h, h.thresholds[method.name])}."
+        lines += [f"## `{method.name}`", "", doc, "", history_table(h, method, mib), ""]
+    return "\n".join(lines)
+
+
+def _machine(machine_info: dict[str, Any]) -> str:
+    shown = dict(machine_info)
+    if str(shown.get("ram", "")).isdigit():
+        shown["ram"] = f"{int(shown['ram']) / 2**30:.0f} GiB"
+    return ", ".join(f"{k} {shown[k]}" for k in ("cpu", "num_cpu", "ram", "os") if shown.get(k))
+
+
 def flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", type=Path, default=ROOT / ".asv" / "results")
     parser.add_argument("--machine", help="machine name (default: the one with the newest results)")
-    parser.add_argument("--commit", help="commit hash or prefix (default: the newest with results)")
+    parser.add_argument("--releases", type=Path, default=ROOT / "asv_bench" / "releases.txt",
+                        help="the history's commits, oldest first (asv's HASHFILE format)")
+    parser.add_argument("--logs", type=Path, default=ROOT / ".asv" / "logs",
+                        help="the runs' logs and records (asv_bench.shared.release_runs)")
+    parser.add_argument("--reruns", type=Path, default=ROOT / ".asv" / "rerun",
+                        help="result files of reruns of the newest release (the noise)")
+    parser.add_argument("--commit", help="one commit's results instead of the history (hash or prefix; "
+                        "default: the history, or the newest commit where no release has results)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "dev" / "performance-asv.md")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "dev" / "performance-asv.png")
     parser.add_argument("--no-plot", action="store_true")
@@ -291,14 +562,23 @@ def run(session: Session) -> int:
     meta = _load(meta_path) if meta_path.exists() else {}
     machine, files = result_files(args.results, args.machine)
     machine_info = _load(args.results / machine / "machine.json")
-    head, benches = collect(files, meta, args.commit)
-    ordered = [benches[n] for n in sorted(benches)]
     plot_path = None if args.no_plot else args.plot.resolve()
-    if plot_path is not None:
-        plot(ordered, plot_path)
     out = args.out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(machine, machine_info, head, ordered, plot_path, out))
+    history = None if args.commit else load_history(args, meta, machine)
+    if history is not None:
+        if plot_path is not None:
+            release_plot.draw(history, plot_path, short)
+        text = render_history(history, machine, machine_info, plot_path, out, args.results.parent / "env")
+        noise = ", ".join(f"{n.rsplit('.', 1)[-1]} {t.threshold:.2f}x" for n, t in history.thresholds.items())
+        print(f"{len(history.regressions)} regression(s) beyond noise; noise thresholds: {noise or 'none'}")
+    else:
+        head, benches = collect(files, meta, args.commit)
+        ordered = [benches[n] for n in sorted(benches)]
+        if plot_path is not None:
+            plot(ordered, plot_path)
+        text = render(machine, machine_info, head, ordered, plot_path, out)
+    out.write_text(text)
     print(f"wrote {out}" + (f" and {plot_path}" if plot_path is not None and plot_path.exists() else ""))
     return 0
 
