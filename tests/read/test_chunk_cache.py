@@ -49,7 +49,7 @@ def _cube(path, shape=(64, 32, 32), chunks=(8, 16, 16), shards=(32, 32, 32)) -> 
 
 def test_never_above_its_cap_and_least_recently_used_first_out():
     cache = DecodedChunks()
-    obj = ("file:///x", "v/c/0", None)
+    obj = ("file:///x", "v/c/0", None, None)
     cost = 800 + CHUNK_ENTRY_BYTES  # a chunk of 800 bytes and its entry
     with set_config(cache_bytes=3 * cost):
         for i in range(3):
@@ -65,7 +65,7 @@ def test_never_above_its_cap_and_least_recently_used_first_out():
 
 def test_one_object_never_holds_two_versions():
     cache = DecodedChunks()
-    obj = ("file:///x", "v/c/0", None)
+    obj = ("file:///x", "v/c/0", None, None)
     with set_config(cache_bytes=CAP):
         cache.keep(obj, "old", (0,), np.zeros(4))
         cache.keep(obj, "old", (1,), np.zeros(4))
@@ -84,7 +84,7 @@ def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
         try:
             rng = np.random.default_rng(n)
             for i in range(2000):
-                obj = ("s", f"k{rng.integers(20)}", None)
+                obj = ("s", f"k{rng.integers(20)}", None, None)
                 if i % 2:
                     cache.keep(obj, "v", (int(rng.integers(10)),), np.zeros(int(rng.integers(1, 64))))
                 else:
@@ -303,3 +303,27 @@ def test_load_async_uses_and_fills_the_cache(minio, bucket):
     np.testing.assert_array_equal(second.v.values, data)
     assert again.cache.hits == 32 and again.cache.misses == 0
     assert again.total("head") == again.cache.revalidations == 2  # one per shard
+
+
+def test_a_new_shard_layout_over_unchanged_shard_files_is_read_afresh(tmp_path):
+    """Found by an adversarial review: only zarr.json changes (shards of 4 chunks become shards of 2), the shard
+    files stay as they are, so their versions hold; a chunk kept at place (0,) of the old layout is other bytes
+    under the new index. The shard format is part of what keys a kept chunk."""
+    import json
+
+    from zarr.codecs import BytesCodec, ShardingCodec
+
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    sharding = ShardingCodec(chunk_shape=(2,), codecs=[BytesCodec()], index_codecs=[BytesCodec()])  # no crc32c
+    group.create_array("v", shape=(8,), chunks=(4,), serializer=sharding, compressors=None, dtype="i4",
+                       dimension_names=["x"],
+                       fill_value=-1)[:] = np.arange(8, dtype="i4")
+    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False)
+                                  .v.values, np.arange(8))  # keeps the 4 chunks
+    meta_path = tmp_path / "s.zarr" / "v" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["chunk_grid"]["configuration"]["chunk_shape"] = [2]  # the shard shape
+    meta_path.write_text(json.dumps(meta))
+    ours = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False).v.values
+    theirs = xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False).v.values
+    np.testing.assert_array_equal(ours, theirs)

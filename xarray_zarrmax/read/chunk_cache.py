@@ -9,12 +9,14 @@ conditional request (``If-None-Match``: an unchanged object answers 304, no body
 prove freshness (`Fetched.cacheable`: stores without versions, a local file written within the file system's
 timestamp granularity) are never kept.
 
-Keyed by (store label, key, codec) and chunk coordinates: the codec is part of the key because the same bytes
-decode differently under other metadata. All entries of one object hold one version: keeping a chunk of a newer
-version drops the others. Bounded by ``config.cache_bytes`` (0: off), each chunk counted with what its entry costs
-beyond its bytes (`tuning.CHUNK_ENTRY_BYTES`), least recently used first out (`asv_bench.experiments.cache_policy`:
-as good as the clairvoyant optimum on streaming reuse, and as any policy that cannot see the future on random
-reuse); a chunk larger than the cap is not kept. One per process: each dask worker has its own.
+Keyed by (store label, key, codec, shard format) and chunk coordinates: the codec because the same bytes decode
+differently under other metadata, the shard format because a new shard layout over the same shard files puts
+other bytes at a chunk's place (found by an adversarial review). All entries of one object hold one version:
+keeping a chunk of a newer version drops the others. Bounded by ``config.cache_bytes`` (0: off), each chunk
+counted with what its entry costs beyond its bytes (`tuning.CHUNK_ENTRY_BYTES`), least recently used first out
+(`asv_bench.experiments.cache_policy`: as good as the clairvoyant optimum on streaming reuse, and as any policy
+that cannot see the future on random reuse); a chunk larger than the cap is not kept. One per process: each dask
+worker has its own.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.codecs.decode import ChunkCodec
+from xarray_zarrmax.codecs.sharding import ShardFormat
 from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core import accounting
 from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES
 
-ObjectId = tuple[str, str, ChunkCodec]  # (store label, key, codec)
+ObjectId = tuple[str, str, ChunkCodec, ShardFormat | None]  # (store label, key, codec, shard format)
 Coords = tuple[int, ...]
 
 
