@@ -53,13 +53,13 @@ def test_never_above_its_cap_and_least_recently_used_first_out():
     cost = 800 + CHUNK_ENTRY_BYTES  # a chunk of 800 bytes and its entry
     with set_config(cache_bytes=3 * cost):
         for i in range(3):
-            cache.keep(obj, "v1", (i,), np.zeros(100))
+            cache.keep(obj, "v1", (i,), np.zeros(100), whole=False)
         cache.lookup(obj, [(0,)])  # (0,) is now the most recently used
-        cache.keep(obj, "v1", (3,), np.zeros(100))
+        cache.keep(obj, "v1", (3,), np.zeros(100), whole=False)
         info = cache.info()
         assert info.held_bytes == 3 * cost and info.entries == 3 and info.evictions == 1
         assert set(cache.lookup(obj, [(0,), (1,), (2,), (3,)])[1]) == {(0,), (2,), (3,)}  # (1,) went first
-        cache.keep(obj, "v1", (9,), np.zeros(3 * cost // 8))  # larger than the cap: not kept, nothing evicted
+        cache.keep(obj, "v1", (9,), np.zeros(3 * cost // 8), whole=False)  # above the cap: not kept, none evicted
         assert cache.info().entries == 3
 
 
@@ -67,15 +67,18 @@ def test_one_object_never_holds_two_versions():
     cache = DecodedChunks()
     obj = ("file:///x", "v/c/0", None, None)
     with set_config(cache_bytes=CAP):
-        cache.keep(obj, "old", (0,), np.zeros(4))
-        cache.keep(obj, "old", (1,), np.zeros(4))
-        cache.keep(obj, "new", (2,), np.ones(4))
+        cache.keep(obj, "old", (0,), np.zeros(4), whole=False)
+        cache.keep(obj, "old", (1,), np.zeros(4), whole=False)
+        cache.keep(obj, "new", (2,), np.ones(4), whole=False)
         version, found = cache.lookup(obj, [(0,), (1,), (2,)])
         assert version == "new" and list(found) == [(2,)]
         assert cache.info().invalidations == 2
 
 
 def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
+    """8 threads keep (in part and whole, so evicted buffers are reused) and look up at once: never above the cap,
+    and a chunk a reader got is never overwritten by a reuse while it holds it (each chunk is filled with its own
+    coordinate, checked after the lookup)."""
     cache = DecodedChunks()
     cap = 50 * (8 * 64 + CHUNK_ENTRY_BYTES)
     errors = []
@@ -86,9 +89,13 @@ def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
             for i in range(2000):
                 obj = ("s", f"k{rng.integers(20)}", None, None)
                 if i % 2:
-                    cache.keep(obj, "v", (int(rng.integers(10)),), np.zeros(int(rng.integers(1, 64))))
+                    c = int(rng.integers(10))
+                    cache.keep(obj, "v", (c,), np.full(int(rng.integers(60, 64)), float(c)), whole=bool(i % 3))
                 else:
-                    cache.lookup(obj, [(j,) for j in range(10)])
+                    _, found = cache.lookup(obj, [(j,) for j in range(10)])
+                    time.sleep(0)  # let the others keep (and reuse evicted buffers) meanwhile
+                    for (c,), chunk in found.items():
+                        assert (chunk == c).all(), f"chunk {c} overwritten while held"
                 assert cache.info().held_bytes <= cap
         except Exception as err:  # surfaced in the main thread below
             errors.append(err)
@@ -100,8 +107,59 @@ def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
         for t in threads:
             t.join()
         info = cache.info()
-    assert not errors
-    assert info.held_bytes == sum(e.cost for e in cache._entries.values()) <= cap
+    assert not errors, errors[:3]
+    assert info.held_bytes == (sum(e.cost for e in cache._entries.values())
+                               + info.remembered * CHUNK_ENTRY_BYTES) <= cap
+
+
+def test_a_chunk_read_whole_is_kept_the_second_time_it_is_decoded():
+    cache = DecodedChunks()
+    obj = ("file:///x", "v/c/0", None, None)
+    with set_config(cache_bytes=CAP):
+        cache.keep(obj, "v1", (0,), np.zeros(100), whole=True)
+        info = cache.info()
+        assert (info.entries, info.remembered, info.held_bytes) == (0, 1, CHUNK_ENTRY_BYTES)
+        cache.keep(obj, "v1", (0,), np.zeros(100), whole=True)
+        info = cache.info()
+        assert (info.entries, info.remembered, info.held_bytes) == (1, 0, 800 + CHUNK_ENTRY_BYTES)
+        cache.keep(obj, "v1", (1,), np.zeros(100), whole=False)  # used in part: kept at once
+        assert cache.info().entries == 2
+
+
+def test_a_scan_of_whole_chunks_does_not_push_out_what_reads_come_back_to():
+    cache = DecodedChunks()
+    hot, scanned = ("s", "hot", None, None), ("s", "scan", None, None)
+    cost = 800 + CHUNK_ENTRY_BYTES
+    with set_config(cache_bytes=8 * cost):
+        for i in range(4):
+            cache.keep(hot, "v", (i,), np.zeros(100), whole=False)
+        for i in range(1000):  # a scan 250 times the cap, each chunk once
+            cache.keep(scanned, "v", (i,), np.zeros(100), whole=True)
+        assert set(cache.lookup(hot, [(i,) for i in range(4)])[1]) == {(0,), (1,), (2,), (3,)}
+        assert cache.info().held_bytes <= 8 * cost
+
+
+def test_evicted_buffers_are_reused_unless_a_reader_holds_them():
+    cache = DecodedChunks()
+    obj = ("s", "k", None, None)
+    with set_config(cache_bytes=2 * (800 + CHUNK_ENTRY_BYTES)):
+        cache.keep(obj, "v", (0,), np.zeros(100), whole=False)
+        cache.keep(obj, "v", (1,), np.zeros(100), whole=False)
+        first = cache.lookup(obj, [(0,)])[1][(0,)]
+        address = first.__array_interface__["data"][0]
+        cache.lookup(obj, [(1,)])  # (0,) is now the least recently used
+        cache.keep(obj, "v", (2,), np.ones(100), whole=False)  # evicts (0,), which ``first`` still holds
+        assert (first == 0).all()
+        reused = cache.lookup(obj, [(2,)])[1][(2,)]
+        assert reused.__array_interface__["data"][0] != address
+        del first, reused
+        cache.lookup(obj, [(2,)])  # (1,) least recently used, and nobody holds it
+        second_address = cache.lookup(obj, [(1,)])[1][(1,)].__array_interface__["data"][0]
+        cache.lookup(obj, [(2,)])
+        cache.keep(obj, "v", (3,), np.full(100, 3.0), whole=False)
+        got = cache.lookup(obj, [(3,)])[1][(3,)]
+        assert got.__array_interface__["data"][0] == second_address and (got == 3).all()
+        assert not got.flags.writeable
 
 
 # -- reads ---------------------------------------------------------------------------------------------------------
@@ -165,7 +223,8 @@ def test_device_reads_neither_use_nor_fill_the_cache(tmp_path):
                                 cache=False)
     np.testing.assert_array_equal(on_device.v.values, data)
     assert cache_info().entries == 0
-    xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values  # fills it
+    for _ in range(2):  # chunks read whole are kept the second time they are decoded
+        xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values
     with request_counts() as counts:
         np.testing.assert_array_equal(on_device.v.values, data)
     assert counts.total("get") > 0 and counts.cache.hits == 0
@@ -181,7 +240,8 @@ def test_a_recently_written_file_is_not_kept(tmp_path, monkeypatch):
 
 def test_a_lowered_cap_evicts_to_it(tmp_path):
     _cube(tmp_path / "c.zarr")
-    xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values
+    for _ in range(2):  # chunks read whole are kept the second time they are decoded
+        xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False).v.values
     assert cache_info().held_bytes == 64 * 32 * 32 * 4 + 32 * CHUNK_ENTRY_BYTES
     with set_config(cache_bytes=2**16):
         info = cache_info()
@@ -243,6 +303,7 @@ def test_cached_reads_after_a_change_match_engine_zarr(store_factory, case):
     lazy = xr.open_dataset(written.target, engine="zarrmax", **written.open_kwargs)
     oracle = xr.open_dataset(written.oracle_store, engine="zarr", consolidated=False)
     first = read_selections(lazy)
+    read_selections(lazy)  # chunks read whole are kept the second time they are decoded
     with request_counts() as again:
         second = read_selections(lazy)
     for a, b, c in zip(first, second, read_selections(oracle), strict=True):
@@ -297,6 +358,7 @@ def test_load_async_uses_and_fills_the_cache(minio, bucket):
     opened = {"engine": "zarrmax", "consolidated": False, "cache": False,
               "storage_options": minio.storage_options()}
     first = asyncio.run(xr.open_dataset(url, **opened).load_async())
+    asyncio.run(xr.open_dataset(url, **opened).load_async())  # whole chunks: kept the second time decoded
     with request_counts() as again:
         second = asyncio.run(xr.open_dataset(url, **opened).load_async())
     np.testing.assert_array_equal(first.v.values, data)
@@ -318,8 +380,10 @@ def test_a_new_shard_layout_over_unchanged_shard_files_is_read_afresh(tmp_path):
     group.create_array("v", shape=(8,), chunks=(4,), serializer=sharding, compressors=None, dtype="i4",
                        dimension_names=["x"],
                        fill_value=-1)[:] = np.arange(8, dtype="i4")
-    np.testing.assert_array_equal(xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False)
-                                  .v.values, np.arange(8))  # keeps the 4 chunks
+    for _ in range(2):  # keeps the 4 chunks (read whole: the second time they are decoded)
+        np.testing.assert_array_equal(xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False)
+                                      .v.values, np.arange(8))
+    assert cache_info().entries == 4
     meta_path = tmp_path / "s.zarr" / "v" / "zarr.json"
     meta = json.loads(meta_path.read_text())
     meta["chunk_grid"]["configuration"]["chunk_shape"] = [2]  # the shard shape

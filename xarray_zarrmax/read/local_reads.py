@@ -111,9 +111,9 @@ def _read_local_compressed(plan: ArrayPlan, source: LocalSource, key: str, targe
 
 
 def _keep_whole(obj: chunk_cache.ObjectId | None, file: OpenedFile, target: np.ndarray) -> None:
-    """Keep an unsharded chunk read whole into ``target`` (a copy: the output is the caller's)."""
+    """Keep an unsharded chunk read whole into ``target`` (the cache copies it: the output is the caller's)."""
     if obj is not None and file.cacheable:
-        chunk_cache.chunks.keep(obj, file.version, (0,) * target.ndim, target.copy())
+        chunk_cache.chunks.keep(obj, file.version, (0,) * target.ndim, target, whole=True)
 
 
 def local_pieces(present: list[tuple[Any, int, int]], gap: int) -> list[tuple[int, int, list[tuple[Any, int, int]]]]:

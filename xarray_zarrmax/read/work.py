@@ -66,18 +66,19 @@ def place(plan: ArrayPlan, out: np.ndarray, work: Work) -> None:
             and target.shape == codec.chunk_shape):
         codec.decode_into(work.raw, target, work.where)
         if work.keep is not None:
-            chunk_cache.chunks.keep(*work.keep, piece.coords, target.copy())
+            chunk_cache.chunks.keep(*work.keep, piece.coords, target, whole=True)
         return
     target[...] = decoded_chunk(plan, work)[piece.chunk_index()]
 
 
 def decoded_chunk(plan: ArrayPlan, work: Work) -> np.ndarray:
-    """The whole decoded chunk of ``work``: from the cache, or decoded now (and kept, a copy of its own)."""
+    """The whole decoded chunk of ``work``: from the cache, or decoded now (and kept: the cache copies it)."""
     if work.cached is not None:
         return work.cached
     chunk = plan.codec.decode(work.raw, work.where)
     if work.keep is not None:
-        chunk_cache.chunks.keep(*work.keep, work.piece.coords, np.array(chunk))  # decode may return a shared buffer
+        whole = not isinstance(work.piece, PointPiece) and work.piece.covers_chunk
+        chunk_cache.chunks.keep(*work.keep, work.piece.coords, chunk, whole=whole)
     return chunk
 
 
