@@ -4,6 +4,7 @@ version its chunks were decoded from, on every store kind, with what it saves as
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -17,7 +18,7 @@ import xarray_zarrmax
 from tests.support.changes import CASES, change_case, create_case, read_selections
 from xarray_zarrmax import cache_info, clear_cache, request_counts, set_config
 from xarray_zarrmax.gpu.device import HostDevice
-from xarray_zarrmax.read.chunk_cache import DecodedChunks
+from xarray_zarrmax.read.chunk_cache import DecodedChunks, object_id
 from xarray_zarrmax.storage import LocalSource, local
 from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES, RACY_WINDOW_NS
 
@@ -110,6 +111,31 @@ def test_threads_keeping_and_looking_up_at_once_stay_under_the_cap():
     assert not errors, errors[:3]
     assert info.held_bytes == (sum(e.cost for e in cache._entries.values())
                                + info.remembered * CHUNK_ENTRY_BYTES) <= cap
+
+
+def test_formats_met_at_once_by_threads_get_numbers_of_their_own():
+    """An object's codec and shard format key its chunks as a number: two formats sharing one would serve one
+    format's chunks to reads under the other. (A number taken from the table's length, which two threads can
+    read alike, was not caught in three runs: the interleaving is too narrow to force; `itertools.count` is.)"""
+    formats = [("codec", i) for i in range(5000)]
+    got: list[dict] = [{} for _ in range(8)]
+
+    def work(n: int) -> None:
+        for f in np.random.default_rng(n).permutation(len(formats)):
+            got[n][formats[f]] = object_id("s", "k", formats[f], None)[2]  # type: ignore[arg-type]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: the interleavings a race needs
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(g == got[0] for g in got)  # equal formats, equal numbers
+    assert len(set(got[0].values())) == len(formats)  # other formats, other numbers
 
 
 def test_a_chunk_read_whole_is_kept_the_second_time_it_is_decoded():

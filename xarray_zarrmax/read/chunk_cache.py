@@ -32,6 +32,7 @@ once the cache is full, keeping touches no new memory.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -47,7 +48,7 @@ from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core import accounting
 from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES
 
-ObjectId = tuple[str, str, ChunkCodec, ShardFormat | None]  # (store label, key, codec, shard format)
+ObjectId = tuple[str, str, int]  # (store label, key, the number `object_id` gives its codec and shard format)
 Coords = tuple[int, ...]
 
 
@@ -250,6 +251,20 @@ class DecodedChunks:
 
 chunks = DecodedChunks()
 os.register_at_fork(after_in_child=chunks.reset_lock)
+
+
+_formats: dict[tuple[ChunkCodec, ShardFormat | None], int] = {}
+_numbers = itertools.count()  # next() is atomic: two formats met at once never get one number
+
+
+def object_id(label: str, key: str, codec: ChunkCodec, shard: ShardFormat | None) -> ObjectId:
+    """What keys an object's chunks: its store, its key, and its codec and shard format as a small number (equal
+    formats, equal numbers). A lookup hashes the key once per chunk; hashing the formats themselves each time
+    (dataclasses of tuples) was a fifth of a read of kept chunks."""
+    number = _formats.get((codec, shard))
+    if number is None:
+        number = _formats.setdefault((codec, shard), next(_numbers))
+    return (label, key, number)
 
 
 def enabled() -> bool:

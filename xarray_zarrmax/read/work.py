@@ -101,5 +101,5 @@ def split_batches[T](work: list[T], parts: int) -> list[list[T]]:
 
 def cache_id(plan: ArrayPlan, source: ByteSource, key: str) -> chunk_cache.ObjectId | None:
     # The shard format too: a new shard layout over unchanged shard files puts other bytes at a chunk's place.
-    return (source.label, key, plan.codec, plan.shard) if chunk_cache.enabled() else None
+    return chunk_cache.object_id(source.label, key, plan.codec, plan.shard) if chunk_cache.enabled() else None
 
