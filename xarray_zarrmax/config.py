@@ -64,9 +64,9 @@ class Config:
         Most bytes of decoded chunks the process keeps for later reads (`xarray_zarrmax.cache_info`): a read
         needing a chunk decoded before, of an object version proven unchanged, copies it instead of fetching and
         decoding it again. 0 (the default) turns the cache off. Per process: each dask worker has its own.
-        Off by default, from measurement (docs/dev/cache.md): keeping a chunk copies it into memory of the
-        cache's own, which made a local one-pass read of 16 MiB 2.2x slower (fresh pages on this VM); re-reads
-        gained 6-16x.
+        Off by default (docs/dev/cache.md): the cap is memory held for the process's life, which only the user
+        can budget; a read that does not come back costs nothing measurable with it on (a chunk read whole is
+        kept only when decoded a second time), and re-reads gained 2.6-7.8x locally.
     write_buffer_bytes
         Most bytes of free buffers `to_zarr` keeps for reuse: chunks of 256 KiB and more are encoded into
         buffers given back once written to a local directory, so the next chunk does not fault in fresh pages.
