@@ -3,6 +3,7 @@ version its chunks were decoded from, on every store kind, with what it saves as
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -18,6 +19,7 @@ import xarray_zarrmax
 from tests.support.changes import CASES, change_case, create_case, read_selections
 from xarray_zarrmax import cache_info, clear_cache, request_counts, set_config
 from xarray_zarrmax.gpu.device import HostDevice
+from xarray_zarrmax.read import chunk_cache
 from xarray_zarrmax.read.chunk_cache import DecodedChunks, object_id
 from xarray_zarrmax.storage import LocalSource, local
 from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES, RACY_WINDOW_NS
@@ -417,3 +419,213 @@ def test_a_new_shard_layout_over_unchanged_shard_files_is_read_afresh(tmp_path):
     ours = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False).v.values
     theirs = xr.open_dataset(tmp_path / "s.zarr", engine="zarr", consolidated=False).v.values
     np.testing.assert_array_equal(ours, theirs)
+
+
+# -- found by an adversarial review of the admission rule and buffer reuse -------------------------------------------
+
+
+def test_two_obstore_memory_stores_never_serve_each_others_chunks():
+    """Every obstore MemoryStore is labelled alike and numbers its ETags from 0: keyed by label, the second
+    store's reads got the first one's chunks. Only stores whose label names one store are cached."""
+    from obstore.store import MemoryStore
+    from zarr.storage import ObjectStore
+
+    def make(value: float) -> MemoryStore:
+        store = MemoryStore()
+        xr.Dataset({"v": (("x", "y"), np.full((4, 4), value))}).to_zarr(ObjectStore(store), mode="w",
+                                                                         consolidated=False, zarr_format=3)
+        return store
+
+    first, second = make(1.0), make(2.0)
+    for store in (first, first, second, second):
+        ours = xr.open_dataset(store, engine="zarrmax", consolidated=False).v.values
+        theirs = xr.open_dataset(ObjectStore(store, read_only=True), engine="zarr", consolidated=False).v.values
+        np.testing.assert_array_equal(ours, theirs)
+    assert cache_info().entries == 0
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A folder served over HTTP with the weakest validator a server may send: the file's size as its ETag
+    (nginx and Apache send mtime seconds and size, alike for a rewrite of the same size within a second)."""
+    import re
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class SizeETags(SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _serve(self, body: bool) -> None:
+            path = self.translate_path(self.path)
+            if not os.path.isfile(path):
+                self.send_error(404)
+                return
+            data = open(path, "rb").read()  # noqa: SIM115
+            etag = f'"{len(data):x}"'
+            if self.headers.get("If-None-Match") == etag:
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.end_headers()
+                return
+            if self.headers.get("If-Match") not in (None, etag):
+                self.send_response(412)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start, stop = 0, len(data)
+            wanted = re.match(r"bytes=(\d*)-(\d*)", self.headers.get("Range") or "")
+            if wanted:
+                a, b = wanted.groups()
+                start, stop = (max(len(data) - int(b), 0), len(data)) if a == "" else (
+                    int(a), min(int(b) + 1 if b else len(data), len(data)))
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(data)}")
+            else:
+                self.send_response(200)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", str(stop - start))
+            self.end_headers()
+            if body:
+                self.wfile.write(data[start:stop])
+
+        def do_GET(self) -> None:
+            self._serve(True)
+
+        def do_HEAD(self) -> None:
+            self._serve(False)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SizeETags)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_http_servers_etags_key_no_cache(http_root):
+    """An HTTP server's ETags are whatever it makes them: a rewrite of the same size kept its ETag, and the
+    kept chunks (and the cached shard index) were served for good."""
+    from obstore.store import HTTPStore
+    from zarr.storage import ObjectStore
+
+    root, url = http_root
+
+    def write(value: float) -> None:
+        xr.Dataset({"v": (("x",), np.full(8, value))}).to_zarr(root / "a.zarr", mode="w", consolidated=True,
+                                                              zarr_format=3, encoding={"v": {"compressors": None}})
+
+    write(1.0)
+    store = HTTPStore.from_url(f"{url}/a.zarr", client_options={"allow_http": True})
+    opened = xr.open_dataset(store, engine="zarrmax", consolidated=True)
+    for _ in range(2):
+        np.testing.assert_array_equal(xr.open_dataset(store, engine="zarrmax", consolidated=True).v.values, 1.0)
+    write(2.0)  # the same size: the same ETag
+    theirs = xr.open_dataset(ObjectStore(store, read_only=True), engine="zarr", consolidated=True).v.values
+    np.testing.assert_array_equal(theirs, 2.0)
+    np.testing.assert_array_equal(xr.open_dataset(store, engine="zarrmax", consolidated=True).v.values, theirs)
+    np.testing.assert_array_equal(opened.v.values, theirs)  # opened before the rewrite
+    assert cache_info().entries == 0
+    # nor may its versions key the shard index cache (within one open): they need not change with the object
+    from xarray_zarrmax.storage.obstore import ObstoreSource
+
+    got = asyncio.run(ObstoreSource(store).get_prefix("zarr.json", 16))
+    assert got is not None and got.version == f'"{(root / "a.zarr" / "zarr.json").stat().st_size:x}"'
+    assert not got.cacheable
+
+
+def test_a_lowered_cap_holds_while_threads_keep(tmp_path):
+    """`cache_info` evicted to a lowered cap and reported under two acquisitions of the lock: a keep begun under
+    the old cap inserted between them, and the report was above the cap."""
+    _cube(tmp_path / "c.zarr", shape=(40, 48, 36), chunks=(8, 16, 12), shards=(16, 32, 36))
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False, cache=False)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def read(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                t = int(rng.integers(0, 39))
+                ds.v.isel(t=slice(t, t + 1)).values  # chunks used in part: kept at once
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(6)]
+    try:
+        with set_config(cache_bytes=8 << 20):  # the readers' cap: small enough to evict all along
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 8  # the old code failed after 0.3 to 11 s
+            while time.monotonic() < deadline:
+                with set_config(cache_bytes=200_000):
+                    for _ in range(20):
+                        info = cache_info()
+                        assert info.held_bytes <= info.cap_bytes, info
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:1]
+
+
+def test_a_cap_turned_off_lets_go_of_what_is_kept_at_the_next_read(tmp_path):
+    _cube(tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="zarrmax", consolidated=False, cache=False)
+    ds.v.isel(t=slice(0, 3)).values
+    assert chunk_cache.chunks.held_bytes > 0
+    with set_config(cache_bytes=0):
+        ds.v.isel(t=slice(0, 3)).values
+        assert chunk_cache.chunks.held_bytes == 0  # not held until someone asks cache_info
+
+
+def test_a_child_forked_during_a_copy_gets_the_whole_cap():
+    """A child forked while a thread copies into the cache inherited the room reserved for that copy, and never
+    got it back (the PyTorch DataLoader pattern: threads reading, then workers forked)."""
+    started, release = threading.Event(), threading.Event()
+
+    class SlowCopy(np.ndarray):
+        def __array_function__(self, func, types, args, kwargs):
+            if func is np.copyto:
+                started.set()
+                release.wait()
+            return super().__array_function__(func, types, args, kwargs)
+
+    cache = chunk_cache.chunks
+    with set_config(cache_bytes=1 << 20):
+        slow = np.zeros(120_000).view(SlowCopy)
+        copying = threading.Thread(target=cache.keep, args=(("s", "k", 0), "v1", (0,), slow), kwargs={"whole": False})
+        copying.start()
+        started.wait()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: only this thread survives
+            try:
+                for i in range(10):
+                    cache.keep(("s", "o", 0), "v1", (i,), np.full(10_000, float(i)), whole=False)
+                os.write(write, f"{cache._reserved} {cache_info().entries}".encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        release.set()
+        copying.join()
+        reserved, entries = map(int, os.read(read, 100).split())
+    assert (reserved, entries) == (0, 10)
+
+
+def test_a_repeated_read_of_many_small_chunks_is_kept(tmp_path):
+    """Remembered keys were held to a sixteenth of the cap: 2,000 chunks of 1 KiB read whole again and again
+    under a 4 MiB cap (they all fit) were never kept."""
+    arr = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3).create_array(
+        "v", shape=(2000, 256), chunks=(1, 256), dtype="f4", compressors=[ZstdCodec(level=1)],
+        dimension_names=["t", "x"])
+    arr[:] = np.random.default_rng(1).random((2000, 256), dtype="f4")
+    with set_config(cache_bytes=4 << 20):
+        for _ in range(2):  # the first read remembers, the second keeps
+            xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False, cache=False).v.values
+        with request_counts() as third:
+            xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", consolidated=False, cache=False).v.values
+    assert third.cache.hits == 2000 and third.cache.misses == 0

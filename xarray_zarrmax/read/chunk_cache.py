@@ -24,9 +24,9 @@ it is decoded, the first time only remembered (its key, no bytes). A read that p
 (a scan, a one-pass ETL, the first epoch over aligned tiles) then costs nothing: keeping costs a copy into
 memory the process has not touched yet, which on the machines measured costs as much as the read itself
 (0.4-2 ms per MiB of page faults: slabs of whole chunks took 2.2x as long with every chunk kept), and a scan
-no longer pushes out what other reads come back to (the scan resistance of 2Q and ARC, on the same evidence of
-reuse). Remembered keys cost `CHUNK_ENTRY_BYTES` each, counted under the cap, and are forgotten oldest first
-once the chunks they stand for would fill the cap. Evicted buffers of the same size are reused for new entries:
+pushes out at most `REMEMBERED_SHARE` of what other reads come back to (the scan resistance of 2Q and ARC, on
+the same evidence of reuse). Remembered keys cost `CHUNK_ENTRY_BYTES` each, counted under the cap, and are
+forgotten oldest first once the chunks they stand for would fill the cap or the keys their share of it. Evicted buffers of the same size are reused for new entries:
 once the cache is full, keeping touches no new memory.
 """
 
@@ -48,7 +48,7 @@ from xarray_zarrmax.config import get_config
 from xarray_zarrmax.core import accounting
 from xarray_zarrmax.tuning import CHUNK_ENTRY_BYTES
 
-ObjectId = tuple[str, str, int]  # (store label, key, the number `object_id` gives its codec and shard format)
+ObjectId = tuple[Hashable, str, int]  # (store, key, the number `object_id` gives its codec and shard format)
 Coords = tuple[int, ...]
 
 
@@ -78,6 +78,10 @@ class _Entry:
 
 
 Key = tuple[ObjectId, Coords]
+#: The most of the cap remembered keys may take (`DecodedChunks.keep`'s admission rule): so much of what is
+#: kept a scan of whole chunks can push out at worst, and keys enough for a repeated read of chunks of 1.5 KiB
+#: and more filling the cap.
+REMEMBERED_SHARE = 0.25
 
 
 class DecodedChunks:
@@ -93,8 +97,11 @@ class DecodedChunks:
         self._counts = dict.fromkeys(("hits", "misses", "revalidations", "evictions", "invalidations"), 0)
         self._lock = threading.Lock()
 
-    def reset_lock(self) -> None:
-        self._lock = threading.Lock()  # after fork: a lock held by a thread that did not survive would never open
+    def after_fork(self) -> None:
+        """In a forked child: a lock held by a thread that did not survive would never open, and the room it
+        reserved for a copy would never come back (found by an adversarial review)."""
+        self._lock = threading.Lock()
+        self._reserved = 0
 
     def lookup(self, obj: ObjectId, coords: Iterable[Coords]) -> tuple[Hashable | None, dict[Coords, np.ndarray]]:
         """The kept chunks of ``obj`` among ``coords``, and the one version they all hold (None: none kept).
@@ -149,6 +156,7 @@ class DecodedChunks:
         finally:
             with self._lock:
                 self._reserved -= cost
+        cap = get_config().cache_bytes  # again: it may have been lowered during the copy
         with self._lock:
             kept = self._of_object.setdefault(obj, set())
             if kept:
@@ -162,17 +170,19 @@ class DecodedChunks:
             self._entries[key] = _Entry(version, buffer)
             kept.add(coords)
             self._held += cost
-            evicted += self._evict_locked(cap)  # others kept meanwhile, or the cap was lowered
+            evicted += self._evict_locked(cap)  # others kept meanwhile, or the cap lowered
             self._counts["evictions"] += evicted
         accounting.record_cache("evictions", evicted)
 
     def _remember_locked(self, key: Key, nbytes: int, cap: int) -> None:
         """Remember a chunk read whole; forget the oldest once the remembered chunks would fill the cap, or
-        their keys take more than a sixteenth of it."""
+        their keys take more than `REMEMBERED_SHARE` of it (a sixteenth kept a repeated read of 2,000 chunks of
+        1 KiB under a 4 MiB cap from ever being kept: an adversarial review)."""
         self._seen[key] = nbytes
         self._seen_bytes += nbytes
         self._held += CHUNK_ENTRY_BYTES
-        while self._seen and (self._seen_bytes > cap or len(self._seen) * CHUNK_ENTRY_BYTES > cap // 16):
+        while self._seen and (self._seen_bytes > cap
+                              or len(self._seen) * CHUNK_ENTRY_BYTES > cap * REMEMBERED_SHARE):
             self._forgot_locked(self._seen.popitem(last=False)[1])
 
     def _forgot_locked(self, nbytes: int) -> None:
@@ -230,10 +240,7 @@ class DecodedChunks:
 
     def shrink(self) -> None:
         """Drop least recently used chunks until the cache is within ``config.cache_bytes`` (a lowered cap)."""
-        cap = get_config().cache_bytes
-        with self._lock:
-            evicted = self._evict_locked(cap)
-            self._counts["evictions"] += evicted
+        self.info()
 
     def clear(self) -> None:
         with self._lock:
@@ -244,37 +251,52 @@ class DecodedChunks:
             self._held = 0
 
     def info(self) -> CacheInfo:
+        """The counts and what is held, within the cap now set: a cap lowered since the last use applies first,
+        under the same lock (apart, a keep could insert between them and report above the cap)."""
+        cap = get_config().cache_bytes
         with self._lock:
-            return CacheInfo(**self._counts, entries=len(self._entries), held_bytes=self._held,
-                             cap_bytes=get_config().cache_bytes, remembered=len(self._seen))
+            evicted = self._evict_locked(cap)
+            self._counts["evictions"] += evicted
+            info = CacheInfo(**self._counts, entries=len(self._entries), held_bytes=self._held, cap_bytes=cap,
+                             remembered=len(self._seen))
+        accounting.record_cache("evictions", evicted)
+        return info
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held  # one int read, a hint: `info` takes the lock
 
 
 chunks = DecodedChunks()
-os.register_at_fork(after_in_child=chunks.reset_lock)
+os.register_at_fork(after_in_child=chunks.after_fork)
 
 
 _formats: dict[tuple[ChunkCodec, ShardFormat | None], int] = {}
 _numbers = itertools.count()  # next() is atomic: two formats met at once never get one number
 
 
-def object_id(label: str, key: str, codec: ChunkCodec, shard: ShardFormat | None) -> ObjectId:
+def object_id(scope: Hashable, key: str, codec: ChunkCodec, shard: ShardFormat | None) -> ObjectId:
     """What keys an object's chunks: its store, its key, and its codec and shard format as a small number (equal
     formats, equal numbers). A lookup hashes the key once per chunk; hashing the formats themselves each time
     (dataclasses of tuples) was a fifth of a read of kept chunks."""
     number = _formats.get((codec, shard))
     if number is None:
         number = _formats.setdefault((codec, shard), next(_numbers))
-    return (label, key, number)
+    return (scope, key, number)
 
 
 def enabled() -> bool:
-    return get_config().cache_bytes > 0
+    """Whether reads use the cache (its cap is above 0); what it holds beyond a cap lowered (or turned off)
+    since is let go first, not kept until the next `cache_info`."""
+    cap = get_config().cache_bytes
+    if chunks.held_bytes > cap:
+        chunks.shrink()
+    return cap > 0
 
 
 def cache_info() -> CacheInfo:
     """Hits, misses, revalidations, evictions and invalidations since the process started (or `clear_cache`),
     and what the cache holds now: entries, ``held_bytes`` (never above ``cap_bytes``, ``config.cache_bytes``)."""
-    chunks.shrink()  # a cap lowered by set_config applies from the next use; report it applied
     return chunks.info()
 
 

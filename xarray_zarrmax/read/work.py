@@ -100,6 +100,11 @@ def split_batches[T](work: list[T], parts: int) -> list[list[T]]:
 
 
 def cache_id(plan: ArrayPlan, source: ByteSource, key: str) -> chunk_cache.ObjectId | None:
+    """What keys the object's chunks in the decoded-chunk cache; None where they may not be kept (the cache is
+    off, or the source cannot name its store: `ByteSource.cache_scope`)."""
+    if not chunk_cache.enabled():
+        return None
+    scope = source.cache_scope
     # The shard format too: a new shard layout over unchanged shard files puts other bytes at a chunk's place.
-    return chunk_cache.object_id(source.label, key, plan.codec, plan.shard) if chunk_cache.enabled() else None
+    return None if scope is None else chunk_cache.object_id(scope, key, plan.codec, plan.shard)
 

@@ -89,6 +89,13 @@ class ByteSource(ABC):
         """The names directly under ``prefix``, in the order the store lists them (zarr-python reports a
         group's members in that order)."""
 
+    @property
+    def cache_scope(self) -> Hashable | None:
+        """What names this store across reads and opens, for the decoded-chunk cache: two sources with the same
+        scope must be one store, whose equal keys and versions are equal bytes. None: the source cannot say so
+        (its label names a kind of store, not one), and nothing read from it is kept across reads."""
+        return self.label
+
     async def revalidate(self, key: str, version: Hashable) -> bool:
         """Whether ``key`` is still the object version ``version`` (a cacheable `Fetched.version` of it), by the
         cheapest proof the source has: a local ``stat``, an S3 conditional request, an immutable snapshot. The

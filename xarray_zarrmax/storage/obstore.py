@@ -77,6 +77,20 @@ class ObstoreSource(ByteSource):
     def __reduce__(self) -> tuple[Any, ...]:
         return (restore, (ObstoreSource, pickle.dumps({"store": self.store, "direct": self.direct}), self.label))
 
+    @property
+    def cache_scope(self) -> str | None:
+        # Only labels that name one store: an S3 bucket and prefix at an endpoint, a local folder. Every other
+        # store's label is its type and prefix: two MemoryStores, numbering their ETags "0", "1", ... alike,
+        # served each other's chunks (found by an adversarial review); GCS and Azure labels lack the bucket.
+        return self.label if type(self.store).__name__ in _SCOPED_STORES else None
+
+    @property
+    def _versions_hold(self) -> bool:
+        """Whether this store's ETags change whenever an object does, so they may key the shard index cache.
+        Not an HTTP server's: nginx's and Apache's are the file's mtime in seconds and size, the same for a
+        rewrite of the same size within a second (an adversarial review read old values for good)."""
+        return type(self.store).__name__ != "HTTPStore"
+
     def failure(self, err: BaseException, what: str, key: str) -> BaseException:
         """What a failed request ``what key`` raises: built-in or our types (obstore's own are no OSError), the
         store's text credentials-masked and cut to its first line (it may quote the endpoint with its
@@ -157,7 +171,7 @@ class ObstoreSource(ByteSource):
             return None
         accounting.record(self.label, "get", key, len(data))
         etag = result.meta.get("e_tag")
-        return Fetched(data, int(result.meta["size"]), etag, etag is not None)
+        return Fetched(data, int(result.meta["size"]), etag, etag is not None and self._versions_hold)
 
     async def get_large(self, key: str, max_size: int | None = None) -> Fetched | None:
         """The first ``split_size`` bytes tell the object's size and ETag; the rest comes as parallel ranges,
@@ -247,6 +261,9 @@ class ObstoreSource(ByteSource):
 
 
 # -- labels and credentials ------------------------------------------------------------------------------------
+
+#: obstore stores whose label names one store (`ObstoreSource.cache_scope`).
+_SCOPED_STORES = frozenset({"S3Store", "LocalStore"})
 
 
 def _obstore_label(store: Any) -> str:
