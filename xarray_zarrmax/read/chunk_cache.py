@@ -26,8 +26,9 @@ memory the process has not touched yet, which on the machines measured costs as 
 (0.4-2 ms per MiB of page faults: slabs of whole chunks took 2.2x as long with every chunk kept), and a scan
 pushes out at most `REMEMBERED_SHARE` of what other reads come back to (the scan resistance of 2Q and ARC, on
 the same evidence of reuse). Remembered keys cost `CHUNK_ENTRY_BYTES` each, counted under the cap, and are
-forgotten oldest first once the chunks they stand for would fill the cap or the keys their share of it. Evicted buffers of the same size are reused for new entries:
-once the cache is full, keeping touches no new memory.
+forgotten oldest first once the chunks they stand for would fill the cap or the keys their share of it.
+Evicted buffers of the same size are reused for new entries: once the cache is full, keeping touches no new
+memory.
 """
 
 from __future__ import annotations
