@@ -8,7 +8,8 @@ per shard.
 from __future__ import annotations
 
 from xarray_zarrmax import accessor as accessor  # registers ds.zarrmax with xarray
-from xarray_zarrmax.advise.advisor import AdviceReport, advise
+from xarray_zarrmax.advise.advisor import advise, calibrate
+from xarray_zarrmax.advise.report import AdviceReport
 from xarray_zarrmax.config import Config, get_config, set_config
 from xarray_zarrmax.core.accounting import RequestCounts, request_counts
 from xarray_zarrmax.errors import CorruptDataError, DecodeError, MetadataError, StoreAccessError, ZarrmaxError
@@ -31,6 +32,7 @@ __all__ = [
     "__version__",
     "advise",
     "cache_info",
+    "calibrate",
     "clear_cache",
     "get_config",
     "glob",

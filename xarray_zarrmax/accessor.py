@@ -14,7 +14,8 @@ from typing import Any
 
 import xarray as xr
 
-from xarray_zarrmax.advise.advisor import AdviceReport, advise
+from xarray_zarrmax.advise.advisor import advise
+from xarray_zarrmax.advise.report import AdviceReport
 from xarray_zarrmax.errors import AdviceTypeError
 from xarray_zarrmax.write.dataset import _as_dataset, to_zarr
 

@@ -3,8 +3,8 @@
     zarrmax info URL [--group G] [-o key=value ...]
     zarrmax bench URL [--variable NAME ...] [--workers N] [--group G] [-o key=value ...]
     zarrmax advise URL --pattern NAME:WEIGHT ... [--select NAME:WEIGHT:DIM=START:STOP,...] [--variable NAME]
-                   [--probe URL | --no-probe] [--budget-mb M] [--max-object-mb M] [--max-objects N] [--top N]
-                   [--batch-window DIM=SIZE,...] [--batch-count N]
+                   [--probe URL | --no-probe | --costs FILE.json] [--save-costs FILE.json] [--budget-mb M]
+                   [--max-object-mb M] [--max-objects N] [--top N] [--batch-window DIM=SIZE,...] [--batch-count N]
 
 URL is a local path, or a file://, s3:// or other fsspec URL; ``-o endpoint=http://...`` and the like become
 storage_options (credentials may also come from the usual AWS_* environment variables; they are never printed).
@@ -318,6 +318,7 @@ def advise(args: argparse.Namespace) -> int:
     patterns, selects = _patterns(args)
     window = _window(args.batch_window)
     storage_options = _options(args.option) or None
+    costs = _saved_costs(args.costs) if args.costs else None  # before the store is opened: a mistyped path fails fast
     ds = _open(args, None)
     variable, _ = advised_variables(ds, args.variable)
     sizes = ds[variable].sizes
@@ -328,17 +329,35 @@ def advise(args: argparse.Namespace) -> int:
             raise Refused(f"--batch-window {args.batch_window!r}: dimension {dim!r} is not one of {variable!r}'s "
                           f"{tuple(map(str, sizes))}")
     # next to the store, not inside it: a probe cut short leaves nothing in the Zarr hierarchy
-    probe = None if args.no_probe else (args.probe or probe_place(args.url))
+    probe = None if args.no_probe or args.costs else (args.probe or probe_place(args.url))
     report = run_advice(ds, patterns, variable=variable, store=probe, storage_options=storage_options,
                         budget_mb=args.budget_mb, max_object_mb=args.max_object_mb, max_objects=args.max_objects,
-                        batch=Batch(args.batch_count, window), progress=True)
+                        costs=costs, batch=Batch(args.batch_count, window), progress=True)
     print(report)
+    if args.save_costs:
+        report.costs.save(args.save_costs)
+        print(f"costs saved to {args.save_costs} (reuse them with --costs {args.save_costs})")
     if args.top:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", None):
             print(report.table.head(args.top).to_string())
     return 0
+
+
+def _saved_costs(path: str) -> Any:
+    """The costs saved at ``path`` (``--save-costs``, `Costs.save`); a file that is not there, or not costs,
+    is a command line to change."""
+    from xarray_zarrmax.advise.model import Costs
+    from xarray_zarrmax.errors import AdviceInputError
+
+    try:
+        return Costs.load(path)
+    except OSError as err:
+        raise Refused(f"--costs {path!r}: cannot read it ({err.strerror or err}); expected a file written by "
+                      "--save-costs") from None
+    except AdviceInputError as err:
+        raise Refused(f"--costs {path!r}: {err}") from None
 
 
 def _block_nbytes(block: Any) -> Any:
@@ -372,6 +391,10 @@ def _parser() -> argparse.ArgumentParser:
             probing.add_argument("--probe", metavar="URL", help="where to probe the store (default: the folder "
                                  "holding URL; a few objects under a fresh prefix, deleted after)")
             probing.add_argument("--no-probe", action="store_true", help="assume a remote object store's costs")
+            probing.add_argument("--costs", metavar="FILE.json", help="costs saved by --save-costs (or "
+                                 "Costs.save): nothing probed, the saved store kind's rules kept")
+            p.add_argument("--save-costs", metavar="FILE.json", help="write the costs used (probed or loaded) "
+                           "as JSON, to pass back with --costs")
             p.add_argument("--budget-mb", type=_megabytes, help="most memory a dask task may use to read one object")
             p.add_argument("--max-object-mb", type=_megabytes, help="largest stored object")
             p.add_argument("--max-objects", type=_whole(1), help="most stored objects for the variable")

@@ -149,6 +149,11 @@ REFINE_FACTORS = (0.5, 2 / 3, 0.75, 4 / 3, 1.5, 2.0)
 #: `REFINE_STEPS` steps each.
 REFINE_STARTS = 4
 REFINE_STEPS = 64
+#: The most layouts of the grid the branch-and-bound search costs before it stops and reports how far it got
+#: (`advise.search.SearchOutcome`): costing runs at about 1 ms a layout on this project's 2-core machine (0.7-1.1
+#: ms in the validation runs), so about 3 s; proving a 4-D mix took 45,000-165,000 layouts (85-205 s). Chosen
+#: for time, not fitted on either validation set.
+SEARCH_LAYOUTS = 3000
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
 DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: Decoded bytes of the variable the decoder and reader probes read (a block at its start, whatever its size:
@@ -177,3 +182,15 @@ MAX_WINDOW_OBJECTS = 4096
 MODEL_CACHE_BYTES = 256 * MiB
 #: Costing that runs longer than this shows a progress bar (with ``progress=True``).
 PROGRESS_AFTER_S = 2.0
+#: The probe repeats each measurement (`probe.settle`) at least `PROBE_LEAST` times, then until the spread of its
+#: middle half (interquartile range / median) is at most `PROBE_SPREAD`, at most `PROBE_MOST` times or
+#: `PROBE_CAP_S` seconds. Unit measurements, not the validation sets: on this 2-core machine, idle, 5 local GETs
+#: or decodes of the sample settle within 10%; loaded, one store cost moved 7x between single runs (issue 42),
+#: and 20-40 repeats bring the median within 10-20%. The cap keeps a probe of a slow store to seconds.
+PROBE_LEAST = 5
+PROBE_MOST = 40
+PROBE_SPREAD = 0.1
+PROBE_CAP_S = 0.5
+#: Decoded bytes the decoder probe decodes on the decode pool to measure its speedup over one thread (as a
+#: local read of this many bytes is decoded: `local_reads.local_jobs` jobs on `loop.run_batches`).
+SPEEDUP_BYTES = 4 * JOB_BYTES

@@ -208,7 +208,7 @@ def floor_round_trips(spec: Spec, op: Op, shape: Sequence[int], chunk_enc: int, 
     it touches, with no limit on objects in flight but the budget."""
     from xarray_zarrmax import get_config
     from xarray_zarrmax.advise import Reader
-    from xarray_zarrmax.advise.model import count_read
+    from xarray_zarrmax.advise.counting import count_read
 
     c = get_config()
     reader = Reader(concurrency=c.concurrency, full_shard_fraction=c.full_shard_fraction,

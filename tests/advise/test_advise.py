@@ -18,21 +18,17 @@ from xarray_zarrmax.advise import (
     Batch,
     Constraints,
     advise,
-    candidate_layouts,
     neighbours,
     pattern_selections,
     rank,
 )
+from xarray_zarrmax.advise.counting import capped_runs, coalesced_runs, count_read, morton_order
 from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
     ReadCounts,
     Reader,
-    capped_runs,
-    coalesced_runs,
-    count_read,
     decode_rate,
-    morton_order,
     predict,
 )
 from xarray_zarrmax.advise.probe import probe_decoder, probe_reader, probe_store
@@ -338,7 +334,9 @@ def test_best_layout_follows_the_pattern() -> None:
         return rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader())[0].layout
 
     series, maps = best({"timeseries": 1.0}), best({"map": 1.0})
-    assert series.outer[0] == GEOS[0] and math.prod(series.chunks[1:]) <= 16  # all time, a few cells
+    # all time in one round of requests (128 in flight: with no work per request, 48 objects of 107 steps
+    # cost what one does), a few cells
+    assert series.outer[0] * Reader().concurrency >= GEOS[0] and math.prod(series.chunks[1:]) <= 16
     assert maps.outer[0] == 1  # objects of one time step: a map reads nothing else (in parallel GETs)
 
 
@@ -348,17 +346,18 @@ def test_search_stops_where_no_neighbour_is_better(mix: dict[str, float]) -> Non
     top = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader())[0]
     near = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader(), layouts=neighbours(top.layout, GEOS, 4))
     assert min(c.score for c in near) >= top.score
-    grid = rank(GEOS, DIMS, 4, mix, costs=costs, reader=Reader(), layouts=candidate_layouts(GEOS, 4))
-    assert top.score <= grid[0].score
+    # that the search's best is the grid's (its pruning drops nothing better) is checked against costing the
+    # whole grid on small arrays: test_advise_geometry.py (GEOS-FP's grid has 11,255 chunk shapes)
 
 
 def test_search_finds_layouts_off_the_grid() -> None:
-    # The grid's best for this mix (32x4x128 in 32x8x1152) has a better neighbour, and that one another.
+    # The old thinned grid's best for this mix (32x4x128 in 32x8x1152) had a better neighbour, and that one
+    # another; the grid of issue 42 and its refining beat it by more
     mix = {"timeseries": 0.5, "map": 0.5}
     top = rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader())[0]
-    grid = rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader(), layouts=candidate_layouts(GEOS, 4))
-    assert top.layout not in set(candidate_layouts(GEOS, 4))
-    assert top.score < 0.9 * grid[0].score
+    old = rank(GEOS, DIMS, 4, mix, costs=Costs(ratio=0.5), reader=Reader(),
+               layouts=[Layout((32, 4, 128), (32, 8, 1152))])[0]
+    assert top.score < 0.9 * old.score
 
 
 @pytest.mark.parametrize("layout", [Layout((32, 4, 128), (32, 8, 1152)), Layout((1, 721, 32)),
@@ -371,7 +370,7 @@ def test_neighbours_are_one_step_away_and_valid(layout: Layout) -> None:
         assert all(o % c == 0 for o, c in zip(n.outer, n.chunks, strict=True))
         assert n.shards is None or math.prod(o // c for o, c in zip(n.outer, n.chunks, strict=True)) > 1
         assert all(c <= g for c, g in zip(n.chunks, GEOS, strict=True))
-        assert 2**16 <= 4 * math.prod(n.chunks) <= 64 * 2**20
+        assert 4 <= 4 * math.prod(n.chunks) <= 64 * 2**20  # one element to 64 MiB (no 64 KiB floor: issue 42)
         n_ks = [o // c for o, c in zip(n.outer, n.chunks, strict=True)]
         changed = [d for d in range(3) if n.chunks[d] != layout.chunks[d] or n_ks[d] != ks[d]]
         assert len(changed) == 1  # one dimension's chunk or chunks per shard
@@ -425,7 +424,8 @@ def test_report_gives_the_curves_rates() -> None:
 def test_candidate_lengths_of_a_huge_dimension_come_quickly() -> None:
     from xarray_zarrmax.advise.candidates import _sizes
 
-    assert _sizes(10**9) == [1, 2, 8, 128, 8192, 10**9]  # the divisor search took 26 s
+    sizes = _sizes(10**9)  # the divisor search took 26 s
+    assert len(sizes) < 64 and {1, 2, 1250, 15625000, 10**9} <= set(sizes)  # powers, divisors, exact fits
 
 
 def test_probe_decoder_times_each_chunk_size_below_the_sample() -> None:
@@ -490,9 +490,10 @@ def test_impossible_budget_says_the_smallest_achievable(task_bytes: int, smalles
 def test_constraints_that_only_conflict_together() -> None:
     # 8.5 GB of encoded values in at most 1000 objects needs objects of 8.5 MB: not with 1 MB ones
     with pytest.raises(ValueError, match=re.escape(
-            "no candidate layout of 1808 meets every constraint: objects of <= 1 MB (the smallest achievable is "
-            "9 MB with the other constraints, chunks 4x64x128 in 32x128x1152); <= 1000 objects (the fewest "
-            "achievable is 8652 with the other constraints, chunks 214x1x128 in 428x1x1152)")):
+            # the whole grid of issue 42, every layout of it checked (none met the constraints to bound the rest)
+            "no candidate layout of 507820 meets every constraint: objects of <= 1 MB (the smallest achievable is "
+            "8.32 MB with the other constraints, chunks 21x721x288); <= 1000 objects (the fewest achievable is "
+            "8192 with the other constraints, chunks 161x361x9)")):
         rank(GEOS, DIMS, 4, {"map": 1.0}, costs=Costs(ratio=0.5), reader=Reader(),
              constraints=Constraints(max_object_bytes=2**20, max_objects=1000))
 
@@ -582,7 +583,7 @@ def test_cli_advise_probes_with_a_progress_bar(tmp_path: Path, capsys: pytest.Ca
                  "random-batch:0.1", "--batch-window", "time=4,lat=5", "--batch-count", "3",
                  "--select", "box:0.2:time=3:30,lon=7", "--top", "3"]) == 0
     captured = capsys.readouterr()
-    assert "probing [" in captured.err and "10/10 DELETE probe objects" in captured.err
+    assert "probing [" in captured.err and "6/6 DELETE probe objects" in captured.err
     assert "store probed: latency" in captured.out and "best: {'t2m': {'chunks': (" in captured.out
     assert "timeseries:requests" in captured.out  # the table's first rows
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]  # probed beside the store, cleaned up

@@ -129,11 +129,12 @@ def test_the_top_level_refuses_anything_but_a_dataset(ds: Any) -> None:
     st.none(), junk, st.dictionaries(st.one_of(st.text(max_size=4), st.integers()),
                                      st.one_of(st.integers(-3, 50), junk), max_size=3)))
 def test_batch_accepts_or_names_what_was_wrong(windows: Any, window: Any) -> None:
-    valid_windows = isinstance(windows, int) and not isinstance(windows, bool) and 1 <= windows <= 1024
+    valid_windows = windows is None or (isinstance(windows, int) and not isinstance(windows, bool)
+                                        and 1 <= windows <= 1024)  # None: the default (issue 42)
     valid_window = window is None or (isinstance(window, dict) and all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1 for k, v in window.items()))
     if valid_windows and valid_window:
-        assert Batch(windows, window).windows == windows
+        assert Batch(windows, window).windows == (16 if windows is None else windows)
         return
     with pytest.raises((AdviceTypeError, AdviceInputError), match=r"^expected Batch window"):
         Batch(windows, window)

@@ -19,7 +19,8 @@ from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError, ZarrmaxErro
 
 KNOWN = "timeseries, map, region-mean, map-mean, full-scan, random-batch"
 MAPPING = "a mapping of pattern name -> weight, e.g. {'timeseries': 0.5, 'map': 0.5}"
-SPEC = "a weight, or (weight, {dim: index or slice}) for a pattern of your own"
+SPEC = ("a weight, or (weight, {dim: index or slice}) for a pattern of your own (or (weight, [boxes]), "
+        "(weight, Points(...)), (weight, Batch(...)))")
 DIMS = "3 positive chunk lengths (dimensions ('time', 'lat', 'lon'))"
 
 

@@ -14,22 +14,24 @@ import math
 import os
 import sys
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.advise.candidates import candidate_layouts, check_layouts, neighbours
+from xarray_zarrmax.advise.bounds import SearchBounds
+from xarray_zarrmax.advise.candidates import check_layouts, chunk_grid, neighbours
+from xarray_zarrmax.advise.counting import count_read
 from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
     Prediction,
     Reader,
-    count_read,
-    decode_rate,
+    could_beat,
     object_count,
     object_nbytes,
-    predict,
+    predict_range,
+    predict_terms,
     task_memory,
 )
 from xarray_zarrmax.advise.patterns import (
@@ -40,6 +42,8 @@ from xarray_zarrmax.advise.patterns import (
     weight,
 )
 from xarray_zarrmax.advise.probe import Progress, deferred, probe_decoder, probe_reader, probe_store, text_progress
+from xarray_zarrmax.advise.report import MB, AdviceReport, Candidate, Constraints
+from xarray_zarrmax.advise.search import SearchOutcome, branch_and_bound, high, layout_bounds
 from xarray_zarrmax.advise.validate import (
     check_dataset,
     check_progress,
@@ -58,107 +62,8 @@ from xarray_zarrmax.tuning import (
     REFINE_STARTS,
     REFINE_STEPS,
     SAMPLE_BYTES,
+    SEARCH_LAYOUTS,
 )
-
-MB = 2**20
-
-@dataclass(frozen=True, slots=True)
-class Constraints:
-    """Limits a layout must meet: bytes of one stored object, stored objects per variable, and the memory one
-    ``chunks={}`` dask task needs (its block's values plus their bytes: see `advise_model.task_memory`). None:
-    no limit."""
-
-    max_object_bytes: int | None = None
-    max_objects: int | None = None
-    task_memory_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        for name, what in (("max_object_bytes", "a whole number of bytes >= 1 (or None)"),
-                           ("max_objects", "a whole number of objects >= 1 (or None)"),
-                           ("task_memory_bytes", "a whole number of bytes >= 1 (or None)")):
-            value = optional(whole_number, f"Constraints {name}", getattr(self, name), 1, None, what)
-            object.__setattr__(self, name, value)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One layout and what it is predicted to cost, per pattern and weighted."""
-
-    layout: Layout
-    variables: tuple[str, ...]
-    predictions: Mapping[str, Prediction]
-    score: float  # sum of weight x predicted seconds
-    object_bytes: int
-    objects: int
-    task_memory: int
-
-    @property
-    def encoding(self) -> dict[str, dict[str, tuple[int, ...]]]:
-        """Per data variable, ``{"chunks": ..., "shards": ...}`` for ``to_zarr(..., encoding=...)``."""
-        return {name: self.layout.encoding() for name in self.variables}
-
-
-@dataclass(frozen=True, slots=True)
-class AdviceReport:
-    """Candidate layouts ranked best first, with the calibration they were costed under."""
-
-    variable: str
-    dims: tuple[str, ...]
-    shape: tuple[int, ...]
-    patterns: Mapping[str, float]
-    costs: Costs
-    reader: Reader
-    calibrated: bool
-    candidates: tuple[Candidate, ...] = field(repr=False)
-
-    @property
-    def best(self) -> Candidate:
-        return self.candidates[0]
-
-    @property
-    def table(self) -> Any:
-        """A pandas DataFrame, one row per candidate (best first): the layout, then per pattern its objects,
-        requests, bytes, round trips, predicted seconds and peak memory (MB), and the weighted score."""
-        import pandas as pd
-
-        rows = []
-        for c in self.candidates:
-            row: dict[str, Any] = {"layout": str(c.layout), "chunks": c.layout.chunks, "shards": c.layout.shards,
-                                   "object_mb": c.object_bytes / MB, "objects": c.objects,
-                                   "task_mb": c.task_memory / MB}
-            for name, p in c.predictions.items():
-                row |= {f"{name}:objects": p.counts.objects, f"{name}:requests": p.counts.requests,
-                        f"{name}:bytes": p.counts.bytes, f"{name}:round_trips": p.counts.round_trips,
-                        f"{name}:seconds": p.seconds, f"{name}:peak_mb": p.counts.peak_bytes / MB}
-            row["score"] = c.score
-            rows.append(row)
-        return pd.DataFrame(rows)
-
-    def __str__(self) -> str:
-        where = "probed" if self.calibrated else "assumed (no store probed)"
-        c = self.costs
-        # with a curve, the rates it gives: large chunks at its largest size, and 16 kB chunks where it spans
-        # that size (a sample under 4 KiB is one point, below it)
-        large = decode_rate(c.decode_curve, float("inf"), c.decode_bps)
-        small = (f" ({decode_rate(c.decode_curve, 16e3, c.decode_bps) / 1e6:.0f} in 16 kB chunks)"
-                 if c.decode_curve and c.decode_curve[0][0] <= 16e3 <= c.decode_curve[-1][0] else "")
-        lines = [
-            f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}, "
-            f"mix {dict(self.patterns)}",
-            f"store {where}: latency {c.latency_s * 1e3:.3g} ms, {c.request_bps / 1e6:.0f} MB/s per request, "
-            f"{c.aggregate_bps / 1e6:.0f} MB/s in all; zstd {large / 1e6:.0f} MB/s per thread{small}, "
-            f"ratio {c.ratio:.2f}; {self.reader.concurrency} requests in flight; {c.request_s * 1e6:.0f} us of "
-            f"work per request, {c.index_s * 1e6:.0f} us per shard index (+{c.index_entry_s * 1e9:.0f} ns per "
-            f"entry), {c.chunk_s * 1e6:.0f} us per chunk",
-            f"{len(self.candidates)} layouts meet the constraints; best first (predicted seconds per pattern):",
-        ]
-        names = list(self.patterns)
-        lines.append(f"  {'layout':<32} {'score':>9} " + " ".join(f"{n:>12}" for n in names))
-        for cand in self.candidates[:10]:
-            lines.append(f"  {str(cand.layout):<32} {cand.score:>9.3f} "
-                         + " ".join(f"{cand.predictions[n].seconds:>12.3f}" for n in names))
-        lines.append(f"best: {self.best.encoding}")
-        return "\n".join(lines)
 
 
 def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
@@ -166,11 +71,26 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
          layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
          variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch(),
          progress: Progress | None = None) -> list[Candidate]:
-    """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time.
+    """`search` without how far the search went: the layouts costed, ranked."""
+    return search(shape, dims, itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
+                  layouts=layouts, coords=coords, variable=variable, variables=variables, batch=batch,
+                  progress=progress)[0]
 
-    Without ``layouts``: the generated candidates (`candidate_layouts`), then a local search from the best
-    `REFINE_STARTS` of them (`neighbours`, each step to the best neighbour while it is better): the grid of
-    powers of two misses shapes such as 23x50x25 that beat every layout on it.
+
+def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
+           costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
+           layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
+           variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch(),
+           progress: Progress | None = None) -> tuple[list[Candidate], SearchOutcome | None]:
+    """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time; and how
+    far the search of the grid went (None: ``layouts`` were given).
+
+    Without ``layouts``: the grid of `candidates` (every chunk shape of the per-dimension ladders, each unsharded
+    and sharded), searched best first by a lower bound of each layout's time (`search.branch_and_bound`: only
+    layouts that could beat, or tie with, the best are costed), then a local search from the best
+    `REFINE_STARTS` (`neighbours`, each step to the best neighbour while it is better), for lengths off the
+    ladders. The ranking holds the layouts costed. The grid's search stops after `tuning.SEARCH_LAYOUTS`
+    layouts, saying so (`SearchOutcome`).
 
     ``progress`` is called ``(done, total, what)`` as layouts are costed (see `deferred` for a bar that only
     shows when costing runs long).
@@ -185,7 +105,7 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
     selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
                   for name, spec in patterns.items()}
     searched = layouts is None
-    layouts = list(layouts) if layouts is not None else candidate_layouts(shape, itemsize)
+    weights = {n: weight(s) for n, s in patterns.items()}
     costed: dict[Layout, Candidate | None] = {}
 
     def cost(layout: Layout) -> Candidate | None:
@@ -205,37 +125,53 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
                 # compressed: advised layouts are written with zstd (zarr's default), which shrinks the
                 # fill-value part of edge chunks whatever the data's own ratio
                 counts = count_read(sels, shape, itemsize, layout, chunk_enc, reader, compressed=True)
-                predictions[name] = Prediction(counts, predict(counts, costs, reader))
-            score = sum(weight(patterns[n]) * p.seconds for n, p in predictions.items())
-            candidate = Candidate(layout, tuple(variables) or (variable,), predictions, score, obj_bytes,
-                                  objects, memory)
+                predictions[name] = _prediction(counts, costs, reader)
+            candidate = _scored(Candidate(layout, tuple(variables) or (variable,), predictions, 0.0, obj_bytes,
+                                          objects, memory), patterns, costs)
         costed[layout] = candidate
         return candidate
 
     def order(c: Candidate) -> tuple[float, int]:
         return c.score, c.objects  # ties: fewer objects (cheaper to list, write and delete)
 
-    # progress: one step a layout of the grid, then REFINE_STEPS a refined start (the rest at once when it stops)
-    total = len(layouts) + (REFINE_STARTS * REFINE_STEPS if searched else 0)
-    kept = []
-    for i, layout in enumerate(layouts):
-        candidate = cost(layout)
-        if candidate is not None:
-            kept.append(candidate)
-        if progress is not None:
-            progress(i + 1, total, f"costing {len(layouts)} layouts")
+    bounds = SearchBounds(selections, weights, shape, itemsize, costs, reader) if searched else None
+    # progress: one step a layout given or a chunk shape of the grid, then REFINE_STEPS a refined start (the rest
+    # at once when it stops)
+    grid = chunk_grid(shape, itemsize) if searched else None
+    steps = len(grid) if grid is not None else len(layouts or ())
+    total = steps + (REFINE_STARTS * REFINE_STEPS if searched else 0)
+    outcome = None
+    if bounds is not None and grid is not None:
+        outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS)
+        kept = [c for c in costed.values() if c is not None]
+    else:
+        kept = []
+        for i, layout in enumerate(layouts or ()):
+            candidate = cost(layout)
+            if candidate is not None:
+                kept.append(candidate)
+            if progress is not None:
+                progress(i + 1, total, f"costing {steps} layouts")
     if not kept:
         if progress is not None:
             progress(total, total, "no layout meets the constraints")
-        raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints, layouts))
-    if searched:
+        raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints,
+                                              list(costed) if searched else list(layouts or ())))
+    if bounds is not None:
+        limit = min(high(c) for c in kept)
         for s, start in enumerate(sorted(kept, key=order)[:REFINE_STARTS]):
             current = start
             for step_no in range(REFINE_STEPS):
-                near = [c for c in map(cost, neighbours(current.layout, shape, itemsize)) if c is not None]
+                # a neighbour whose bound exceeds both the current score and the least high end costed can
+                # neither be a step nor tie with the best: left uncosted
+                near_layouts = neighbours(current.layout, shape, itemsize)
+                low = layout_bounds(bounds, near_layouts)
+                near = [c for c in (cost(lay) for lay, b in zip(near_layouts, low, strict=True)
+                                    if b <= max(current.score, limit)) if c is not None]
+                limit = min([limit, *(high(c) for c in near)])
                 step = min(near, key=order, default=None)
                 if progress is not None:
-                    progress(len(layouts) + s * REFINE_STEPS + step_no + 1, total, "refining the best")
+                    progress(steps + s * REFINE_STEPS + step_no + 1, total, "refining the best")
                 if step is None or order(step) >= order(current):
                     break
                 current = step
@@ -243,7 +179,50 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
             progress(total, total, "refining the best")
         kept = [c for c in costed.values() if c is not None]
     kept.sort(key=order)
-    return kept
+    return _tie_break(kept, costs, {n: weight(s) for n, s in patterns.items()}), outcome
+
+
+def _prediction(counts: Any, costs: Costs, reader: Reader) -> Prediction:
+    """A read's prediction, its terms and their range under the costs' spread."""
+    terms = predict_terms(counts, costs, reader)
+    low, high = predict_range(terms, costs)
+    return Prediction(counts, float(sum(terms.values())), low, high, terms)
+
+
+def _scored(candidate: Candidate, patterns: Mapping[str, PatternSpec], costs: Costs) -> Candidate:
+    """The candidate with its score (weight x predicted seconds, summed), the score's range and terms."""
+    terms: dict[str, float] = {}
+    for name, p in candidate.predictions.items():
+        for term, seconds in p.terms.items():
+            terms[term] = terms.get(term, 0.0) + weight(patterns[name]) * seconds
+    score = sum(weight(patterns[n]) * p.seconds for n, p in candidate.predictions.items())
+    low, high = predict_range(terms, costs)
+    return replace(candidate, score=score, low=low, high=high, terms=terms)
+
+
+def _tie_break(ranked: list[Candidate], costs: Costs, weights: Mapping[str, float]) -> list[Candidate]:
+    """``ranked`` (by score) with the layouts tied with the first put first, marked ``tied`` and ordered by
+    the tie rule: fewer requests, then fewer bytes fetched, then less memory (weighted over the mix; peak
+    memory of the read, then of a dask task), then the score. Tied: for some costs within the probe's spread
+    the layout is as fast as the first (`model.could_beat`); with no spread, only an equal score ties."""
+    if not ranked:
+        return ranked
+    first = ranked[0]
+    # a paired tie implies overlapping intervals: the cheap test first (a search keeps thousands of layouts)
+    reach = first.high * (1 + 1e-9)
+    tied = [c for c in ranked if c is first or (c.low <= reach and could_beat(c.terms, first.terms, costs))]
+    if len(tied) == 1:
+        return ranked
+    chosen = {id(c) for c in tied}
+    rest = [c for c in ranked if id(c) not in chosen]
+
+    def rule(c: Candidate) -> tuple[float, float, int, int, float]:
+        requests = sum(w * c.predictions[n].counts.requests for n, w in weights.items())
+        nbytes = sum(w * c.predictions[n].counts.bytes for n, w in weights.items())
+        peak = max((p.counts.peak_bytes for p in c.predictions.values()), default=0)
+        return requests, nbytes, peak, c.task_memory, c.score
+
+    return [replace(c, tied=True) for c in sorted(tied, key=rule)] + rest
 
 
 def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes: int, constraints: Constraints,
@@ -280,17 +259,63 @@ def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes
         "; ".join(problems) or "the constraints together rule out every layout") + why
 
 
-def _sample(var: Any, nbytes: int = SAMPLE_BYTES) -> np.ndarray:
-    """A leading block of the variable of at most about ``nbytes``, loaded: whole along its last dimensions
-    as far as they fit, then as many rows of the next as fit, one element along the rest (the first time
-    steps of a small variable; a part of the first map of a large one). Never more, whatever its size."""
-    elements = max(1, nbytes // max(var.dtype.itemsize, 1))
+def _sample(var: Any, nbytes: int = SAMPLE_BYTES, dtype: np.dtype | None = None) -> np.ndarray:
+    """A leading block of the variable of at most about ``nbytes`` stored, loaded and packed as the writer
+    stores it (``dtype``, by default `stored_dtype`; `_packed`): whole along its last dimensions as far as they
+    fit, then as many rows of the next as fit, one element along the rest (the first time steps of a small
+    variable; a part of the first map of a large one). Never more, whatever its size."""
+    dtype = stored_dtype(var) if dtype is None else dtype
+    elements = max(1, nbytes // max(dtype.itemsize, 1))
     block = {}
     for dim, n in reversed(list(zip(var.dims, var.shape, strict=True))):
         take = max(1, min(int(n), elements))
         block[dim] = slice(0, take)
         elements //= take
-    return np.asarray(var.isel(block).values)
+    return _packed(var.isel(block), dtype)
+
+
+#: The encoding keys of CF packing that decide the stored values (xarray's CF encoders apply them)
+PACKING = ("dtype", "scale_factor", "add_offset", "_FillValue", "missing_value", "units", "calendar")
+
+
+def stored_dtype(var: Any) -> np.dtype:
+    """The dtype ``var`` is stored as: its encoding's ``dtype`` (int16 for data packed with ``scale_factor``
+    and ``add_offset``, read as float64; what ``to_zarr`` writes), else its own. The advisor costs chunks,
+    bytes and decode at this size, never the decoded one (packed int16 costed as float64 was 4x too large)."""
+    given = (getattr(var, "encoding", None) or {}).get("dtype")
+    if given is None:
+        return np.dtype(var.dtype)
+    try:
+        dtype = np.dtype(given)
+    except TypeError:
+        raise AdviceInputError(f"expected the encoding dtype of variable {var.name!r} as a numpy dtype. Got "
+                               f"{given!r} instead.") from None
+    return dtype if dtype.kind in "biufcmM" and dtype.itemsize > 0 else np.dtype(var.dtype)
+
+
+def _packed(block: Any, dtype: np.dtype) -> np.ndarray:
+    """``block``'s values as the writer stores them: CF-encoded by xarray (masked with ``_FillValue``, scaled
+    by ``scale_factor``/``add_offset``, rounded and cast to ``dtype``), so the decoder probe times and
+    compresses the stored bytes (int16 compresses and decodes otherwise than float64)."""
+    values = np.asarray(block.values)
+    if values.dtype == dtype:
+        return values
+    import warnings
+
+    import xarray as xr
+    from xarray.conventions import encode_cf_variable
+
+    encoding = {k: v for k, v in block.encoding.items() if k in PACKING}
+    encoding["dtype"] = dtype
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # NaN cast to an integer without _FillValue: xarray warns
+            packed = np.asarray(encode_cf_variable(xr.Variable(block.dims, values, dict(block.attrs),
+                                                               encoding)).values)
+    except Exception:  # an encoding xarray cannot apply to a sample: its values cast, as stored bytes go
+        with np.errstate(invalid="ignore"):
+            packed = np.nan_to_num(values).astype(dtype) if values.dtype.kind in "fc" else values.astype(dtype)
+    return packed if packed.dtype == dtype else packed.astype(dtype)
 
 
 def _advisable(var: Any) -> str | None:
@@ -333,6 +358,7 @@ def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, t
 
 
 def check_costs(costs: Any) -> None:
+    """``costs``: None (probe) or a `Costs` (a probe's result, `calibrate`, `Costs.load`, or given)."""
     if costs is not None and not isinstance(costs, Costs):
         raise wrong_type("costs", "xarray_zarrmax.advise.Costs(...) (or None: probe)", costs)
 
@@ -390,7 +416,12 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
         An xarray Dataset (opened lazily: only a sample of ``variable`` is read, for the decoder probe).
     patterns
         Pattern name -> weight (``"timeseries"``, ``"map"``, ``"region-mean"``, ``"map-mean"``,
-        ``"full-scan"``, ``"random-batch"``), or a name of your own -> ``(weight, {dim: slice or int})``.
+        ``"full-scan"``, ``"random-batch"``), or a name of your own -> ``(weight, what)``, ``what`` one of:
+        a box ``{dim: slice or int}`` (other dimensions whole); a list of boxes, read one after another;
+        ``Points({dim: indices, ...}, box=None)``, a vectorised read of N points along the named dimensions
+        (``var.isel({d: xr.DataArray(ix, dims="points") ...})``, `Points.isel` gives the indexers); or a
+        ``Batch(windows, window, seed=0, positions=None)`` of its own (`Batch.selections` gives its windows as
+        ``isel`` dictionaries, to time what was costed).
     variable
         The data variable to advise on (default: the largest); the layout is given for every data variable
         with the same dimensions and shape.
@@ -400,11 +431,14 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     budget_mb, max_object_mb, max_objects
         Constraints: memory per dask task reading one stored object, bytes per stored object, objects.
     costs
-        Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder).
+        Calibration to use instead of probing (then nothing is probed: neither the store nor the decoder): a
+        report's ``costs``, `calibrate`'s, or `Costs.load`'s. It predicts as the advice it came from (its store
+        kind, local or remote, included).
     layouts
         Layouts to compare instead of the generated candidates.
     batch
-        The windows of the ``random-batch`` pattern.
+        The windows of the ``random-batch`` pattern: how many, their lengths, the seed placing them, or their
+        explicit ``positions``.
     progress
         True: a progress bar on stderr while the store is probed, and while layouts are costed once that has
         taken `tuning.PROGRESS_AFTER_S` (a large batch, many dimensions); False: none; or a callable
@@ -427,27 +461,14 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     shape = tuple(int(n) for n in var.shape)
     config = get_config()
     calibrated = costs is None and store is not None
-    local = False
+    stored = stored_dtype(var)
     if costs is None:
-        base = Costs()
-        if store is not None:
-            show = text_progress(sys.stderr) if progress is True else (progress or None)
-            probed = probe_store(os.fspath(store), storage_options, progress=show)
-            base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s,
-                         connect_s=probed.connect_s)
-            local = probed.local
-        sample = _sample(var)
-        decoder = probe_decoder(sample)
-        work = probe_reader(sample)
-        # A request costs the store's work (remote: the server's and the client library's, overlapped) and our
-        # reader's (on a local store, where nothing overlaps, nearly all of it).
-        costs = Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
-                      request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
-                      index_entry_s=work.index_entry_s, connect_s=base.connect_s, decode_curve=decoder.curve)
+        costs = _probe_costs(var, stored, store, storage_options, progress)
+    # the store kind travels with the costs: a probe result passed back predicts as the advice it came from
     reader = Reader(concurrency=config.concurrency, full_shard_fraction=config.full_shard_fraction,
                     coalesce_gap=config.coalesce_gap, split_size=config.split_size,
                     inflight_bytes=config.inflight_bytes, task_bytes=config.task_bytes, threads=config.threads,
-                    local=local)
+                    local=costs.local)
     constraints = Constraints(
         max_object_bytes=None if max_object_mb is None else max(1, round(max_object_mb * MB)),
         max_objects=max_objects,
@@ -456,8 +477,70 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
     # a bar once costing has run PROGRESS_AFTER_S (most searches end before), or the caller's own callback
     costing = (deferred(text_progress(sys.stderr, label="costing"), PROGRESS_AFTER_S) if progress is True
                else progress or None)
-    ranked = rank(shape, dims, var.dtype.itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
-                  layouts=request.layouts, coords=request.coords, variable=variable, variables=request.same,
-                  batch=batch, progress=costing)
+    ranked, outcome = search(shape, dims, stored.itemsize, patterns, costs=costs, reader=reader,
+                             constraints=constraints, layouts=request.layouts, coords=request.coords,
+                             variable=variable, variables=request.same, batch=batch, progress=costing)
     return AdviceReport(variable, dims, shape, {n: weight(s) for n, s in patterns.items()}, costs, reader,
-                        calibrated, tuple(ranked))
+                        calibrated, tuple(ranked), str(stored), outcome)
+
+
+def _probe_costs(var: Any, stored: np.dtype, store: Any, storage_options: Mapping[str, Any] | None,
+                 progress: Progress | bool) -> Costs:
+    """`Costs` probed: the store (None: a remote object store's assumed), and the decoder and our reader on a
+    sample of ``var`` packed as stored."""
+    base = Costs()
+    local = False
+    store_spread: tuple[tuple[str, float, float], ...] = ()
+    if store is not None:
+        show = text_progress(sys.stderr) if progress is True else (progress or None)
+        probed = probe_store(os.fspath(store), storage_options, progress=show)
+        base = Costs(probed.latency_s, probed.request_bps, probed.aggregate_bps, request_s=probed.request_s,
+                     connect_s=probed.connect_s)
+        local, store_spread = probed.local, probed.spread
+    sample = _sample(var, dtype=stored)
+    decoder = probe_decoder(sample)
+    work = probe_reader(sample)
+    # A request costs the store's work (remote: the server's and the client library's, overlapped) and our
+    # reader's (on a local store, where nothing overlaps, nearly all of it).
+    spread = tuple((name, low + work.request_s, high + work.request_s) if name == "request_s" else (name, low, high)
+                   for name, low, high in store_spread) + decoder.spread
+    return Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
+                 request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
+                 index_entry_s=work.index_entry_s, connect_s=base.connect_s, decode_curve=decoder.curve,
+                 local=local, decode_speedup=decoder.speedup, spread=spread)
+
+
+def calibrate(ds: Any, *, variable: str | None = None, store: str | None = None,
+              storage_options: Mapping[str, Any] | None = None, progress: Progress | bool = True) -> Costs:
+    """Probe the store, the decoder and our reader, as `advise` does, and return the `Costs` without advising.
+
+    The result is a value to keep: ``costs.save("costs.json")``, then ``Costs.load`` and ``advise(ds, patterns,
+    costs=...)``, ``to_zarr(..., encoding="advise", advise_options={"costs": ...})`` or ``zarrmax advise ...
+    --costs costs.json`` predict as an advice with this probe would (the store's kind, local or remote, included).
+
+    Parameters
+    ----------
+    ds
+        An xarray Dataset: a sample of ``variable`` (at most `tuning.SAMPLE_BYTES` stored), packed as its
+        encoding stores it, calibrates the decoder and the reader.
+    variable
+        The data variable sampled (default: the largest the advisor can lay out).
+    store
+        A local directory or ``s3://bucket/prefix/`` to probe (a few objects written, timed, deleted); None:
+        a remote object store's costs assumed, the decoder and reader still probed.
+    storage_options
+        Options of an ``s3://`` store (endpoint, credentials).
+    progress
+        As `advise`'s: a bar on stderr while the store is probed, none, or a callable ``(done, total, what)``.
+
+    Returns
+    -------
+    Costs
+        The probed costs, with their spread (`Costs.spread`) and the decoder's speedup on the decode pool.
+    """
+    check_dataset(ds)
+    chosen, _ = advised_variables(ds, variable)
+    check_store(store, storage_options)
+    check_progress(progress)
+    var = ds[chosen]
+    return _probe_costs(var, stored_dtype(var), store, storage_options, progress)

@@ -1,10 +1,17 @@
-"""The layouts the search considers: (chunks, shards) generated per dimension within the chunk-size range,
-and the neighbours of a layout that refining it steps to.
+"""The layouts the search considers: a grid of chunk shapes (a ladder of lengths per dimension) and the shards
+of each, and the neighbours of a layout that refining it steps to.
+
+The grid, stated: along a dimension of length ``n``, the chunk lengths are the powers of two below ``n``, ``n``
+itself, the divisor of ``n`` in ``[p, 2p)`` nearest ``p`` for each power ``p`` (no sliver at the end), and the
+exact fits ``ceil(n / 2^j)`` (``n`` in ``2^j`` chunks of equal length but the last); every combination whose
+chunk holds from one element to `tuning.MAX_CHUNK_BYTES` at the STORED itemsize; each unsharded and in shards
+of 2, 8 or all of its chunks per dimension (every combination of at most `tuning.MAX_SHARD_CHUNKS` chunks).
+Nothing is thinned: the search (`advisor.rank`) bounds each layout's predicted time from below
+(`bounds.SearchBounds`, `search.branch_and_bound`) and costs only those the bound does not rule out.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -15,37 +22,33 @@ from xarray_zarrmax.advise.model import Layout
 from xarray_zarrmax.advise.validate import is_whole, wrong_type
 from xarray_zarrmax.errors import AdviceInputError
 from xarray_zarrmax.tuning import (
-    MAX_CANDIDATES,
     MAX_CHUNK_BYTES,
     MAX_SHARD_CHUNKS,
-    MIN_CHUNK_BYTES,
     REFINE_FACTORS,
 )
 
 
-def _sizes(n: int, limit: int = 6) -> list[int]:
-    """Chunk lengths to try along a dimension of length ``n``: powers of two below it and ``n`` itself (and
-    its divisors near them, so the last chunk is not a sliver), thinned to ``limit`` spread geometrically."""
+def _sizes(n: int) -> list[int]:
+    """The ladder of chunk lengths along a dimension of length ``n`` (see the module's docstring): about three
+    per doubling, ``O(log n)`` of them however long the dimension."""
     options = {n}
     p = 1
     while p < n:
         options.add(p)
+        options.add(-(-n // p))  # an exact fit: n in p chunks
         # a few hundred tries at most: linear in n, a dimension of 10^9 took 26 s
         div = next((d for d in range(p, min(2 * p, n, p + 512)) if n % d == 0), None)
         if div is not None:
             options.add(div)
         p *= 2
-    ordered = sorted(options)
-    if len(ordered) <= limit:
-        return ordered
-    picks = np.unique(np.round(np.geomspace(1, len(ordered), limit)).astype(int) - 1)
-    return sorted({ordered[int(i)] for i in picks} | {n})
+    return sorted(options)
 
 
 def _chunk_bytes_range(shape: Sequence[int], itemsize: int) -> tuple[int, int]:
-    """Decoded bytes of a candidate's chunk: 64 KiB to 64 MiB (for small arrays, from a 64th of them)."""
-    total = itemsize * math.prod(shape)
-    return min(MIN_CHUNK_BYTES, max(itemsize, total // 64)), MAX_CHUNK_BYTES
+    """Stored bytes of a candidate's chunk: one element to `MAX_CHUNK_BYTES` (64 MiB: a chunk per decode
+    thread is held in memory). No floor beyond one element: the model rates chunks of any size, and the
+    search's bound prunes the tiny ones (their per-chunk work and requests bound their time from below)."""
+    return itemsize, MAX_CHUNK_BYTES
 
 
 def _sharded(chunks: tuple[int, ...], multiples: Sequence[int]) -> Layout:
@@ -55,53 +58,48 @@ def _sharded(chunks: tuple[int, ...], multiples: Sequence[int]) -> Layout:
     return Layout(chunks, tuple(k * c for k, c in zip(multiples, chunks, strict=True)))
 
 
-#: Shard multiples tried per dimension, richest first ("all" is the dimension's whole length in chunks)
-_MULTIPLES = ((1, 2, 8, "all"), (1, 8, "all"), (1, "all"))
+#: Shard multiples per dimension ("all": the dimension's whole length in chunks)
+_MULTIPLES: tuple[int | str, ...] = (1, 2, 8, "all")
 
 
-def candidate_layouts(shape: Sequence[int], itemsize: int, *, per_dim: int = 6,
-                      limit: int = MAX_CANDIDATES) -> list[Layout]:
-    """Chunk shapes from powers of two and divisors per dimension, each unsharded and in shards of 2, 8 and
-    all of its chunks per dimension (every combination of at most `MAX_SHARD_CHUNKS` chunks).
-
-    At most ``limit`` layouts: where there would be more (many dimensions), fewer shard multiples, then fewer
-    chunk lengths per dimension are tried, and in the end every k-th layout is taken. Bounded time and
-    memory whatever the array's size: only lengths are enumerated, never its elements or chunks."""
+def chunk_grid(shape: Sequence[int], itemsize: int) -> np.ndarray:
+    """Every chunk shape of the grid, ``(k, ndim)``: the product of the per-dimension ladders (`_sizes`),
+    those of one element to `MAX_CHUNK_BYTES` stored. Built with numpy (millions in 8 dimensions)."""
     low, high = _chunk_bytes_range(shape, itemsize)
-    shape = [int(n) for n in shape]
-    long = sum(n > 1 for n in shape)
-    start = per_dim
-    while start > 2 and start ** long > limit:  # the chunk shapes alone within the limit
-        start -= 1
-    last: list[Layout] = []
-    for per in range(start, 1, -1):
-        per_dim_sizes = [_sizes(n, per) for n in shape]
-        for multiples in _MULTIPLES:
-            found = list(itertools.islice(_layouts(shape, itemsize, per_dim_sizes, multiples, low, high),
-                                          limit + 1))
-            if len(found) <= limit:
-                return found
-            if per == 2 and multiples is _MULTIPLES[-1]:
-                last = list(_layouts(shape, itemsize, per_dim_sizes, multiples, low, high))
-    # still too many (many long dimensions): every k-th, spread over the whole list
-    step = len(last) / limit
-    return [last[int(i * step)] for i in range(limit)]
+    ladders = [np.asarray(_sizes(int(n)), dtype=np.int64) for n in shape]
+    if not ladders:
+        return np.zeros((1, 0), dtype=np.int64)
+    grids = np.meshgrid(*ladders, indexing="ij")
+    chunks = np.stack([g.reshape(-1) for g in grids], axis=-1)
+    nbytes = itemsize * np.prod(chunks.astype(np.float64), axis=1)
+    return chunks[(nbytes >= low) & (nbytes <= high)]
 
 
-def _layouts(shape: Sequence[int], itemsize: int, per_dim_sizes: Sequence[Sequence[int]],
-             multiples: Sequence[int | str], low: int, high: int) -> Iterator[Layout]:
-    for chunks in itertools.product(*per_dim_sizes):
-        nbytes = itemsize * math.prod(chunks)
-        if not low <= nbytes <= high:
-            continue
-        yield Layout(chunks)
-        options = []
-        for n, c in zip(shape, chunks, strict=True):
-            full = -(-n // c)
-            options.append(sorted({k for k in (full if m == "all" else int(m) for m in multiples) if k <= full}))
-        for ks in itertools.product(*options):
-            if 1 < math.prod(ks) <= MAX_SHARD_CHUNKS:
-                yield _sharded(chunks, ks)
+def shard_multiples(chunks: Sequence[int], shape: Sequence[int]) -> np.ndarray:
+    """Chunks per shard along each dimension of the layouts of one chunk shape, ``(m, ndim)``: unsharded (all
+    ones) first, then shards of 2, 8 or all of its chunks per dimension, every combination of at most
+    `MAX_SHARD_CHUNKS` chunks."""
+    options = []
+    for n, c in zip(shape, chunks, strict=True):
+        full = -(-int(n) // int(c))
+        options.append(sorted({k for k in (full if m == "all" else int(m) for m in _MULTIPLES) if k <= full}))
+    grids = np.meshgrid(*[np.asarray(o, dtype=np.int64) for o in options], indexing="ij")
+    ks = np.stack([g.reshape(-1) for g in grids], axis=-1).reshape(-1, len(options))
+    per_object = np.prod(ks.astype(np.float64), axis=1)
+    return ks[(per_object == 1) | ((per_object > 1) & (per_object <= MAX_SHARD_CHUNKS))]
+
+
+def shard_options(chunks: Sequence[int], shape: Sequence[int]) -> list[Layout]:
+    """The layouts of one chunk shape in the grid (`shard_multiples`): unsharded first."""
+    chunks = tuple(int(c) for c in chunks)
+    return [_sharded(chunks, ks) for ks in shard_multiples(chunks, shape).tolist()]
+
+
+def candidate_layouts(shape: Sequence[int], itemsize: int) -> Iterator[Layout]:
+    """Every layout of the grid (see the module's docstring), chunk shape by chunk shape: lazily, as in many
+    dimensions there are millions (the search costs the few its bound leaves)."""
+    for chunks in chunk_grid(shape, itemsize):
+        yield from shard_options(chunks.tolist(), shape)
 
 
 def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layout]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.advise.model import PointRead
 from xarray_zarrmax.advise.validate import is_real, is_whole, shown, whole_number, wrong_type
 from xarray_zarrmax.core.geometry import Axis, Selection
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
@@ -27,21 +28,47 @@ from xarray_zarrmax.tuning import (
 
 KNOWN_PATTERNS = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
 
-PatternSpec = float | tuple[float, Mapping[Hashable, slice | int]]
-
-
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """The ``random-batch`` pattern: ``windows`` windows at seeded random places, each ``window[dim]`` long
-    along the dimensions it names (default: 8 time steps, 32 cells along each other dimension)."""
+    """A batch of windows read one after another: the ``random-batch`` pattern (or, under a name of your own,
+    ``(weight, Batch(...))``).
 
-    windows: int = BATCH_WINDOWS
+    Parameters
+    ----------
+    windows
+        How many windows (1 to `tuning.MAX_BATCH_WINDOWS`); default 16 (`tuning.BATCH_WINDOWS`), or
+        ``len(positions)`` when positions are given.
+    window
+        ``{dim: length}`` of each window; default 8 along the time dimension, 32 along each other.
+    seed
+        Seed of the random generator placing the windows (a whole number >= 0): the same seed, the same
+        windows, for every candidate layout and every call.
+    positions
+        Explicit window starts, ``[{dim: start}, ...]``, instead of random ones: a dimension a position does not
+        name starts at 0. Each window must fit inside the array.
+
+    `selections` gives the windows as ``isel`` dictionaries, to time exactly what was costed.
+    """
+
+    windows: int | None = None
     window: Mapping[str, int] | None = None
+    seed: int = 0
+    positions: Sequence[Mapping[str, int]] | None = None
 
     def __post_init__(self) -> None:
-        whole_number("Batch windows", self.windows, 1, MAX_BATCH_WINDOWS,
-                     f"a whole number of windows from 1 to {MAX_BATCH_WINDOWS} (tuning.MAX_BATCH_WINDOWS)")
-        object.__setattr__(self, "windows", int(self.windows))
+        what = f"a whole number of windows from 1 to {MAX_BATCH_WINDOWS} (tuning.MAX_BATCH_WINDOWS)"
+        whole_number("Batch seed", self.seed, 0, what="a seed, a whole number >= 0")
+        object.__setattr__(self, "seed", int(self.seed))
+        positions = _parse_positions(self.positions)
+        object.__setattr__(self, "positions", positions)
+        if positions is not None and self.windows is not None and self.windows != len(positions):
+            raise AdviceInputError(f"expected Batch windows equal to the number of positions ({len(positions)}), or "
+                                   f"left out. Got windows={self.windows!r} instead.")
+        if self.windows is None:
+            object.__setattr__(self, "windows", BATCH_WINDOWS if positions is None else len(positions))
+        whole_number("Batch windows" if positions is None else "Batch positions' count", self.windows, 1,
+                     MAX_BATCH_WINDOWS, what)
+        object.__setattr__(self, "windows", int(self.windows))  # type: ignore[arg-type]
         if self.window is None:
             return
         if not isinstance(self.window, Mapping):
@@ -53,6 +80,118 @@ class Batch:
                 raise wrong_type("Batch window's dimensions", "names (strings)", dim)
             window[dim] = whole_number(f"Batch window[{dim!r}]", size, 1, what="a window length >= 1")
         object.__setattr__(self, "window", window)
+
+    def selections(self, dims: Sequence[Hashable], shape: Sequence[int]) -> list[dict[str, slice]]:
+        """The windows over an array of ``dims`` and ``shape``, in the order they are read, as ``isel``
+        dictionaries: ``[var.isel(s).values for s in batch.selections(var.dims, var.shape)]`` reads what
+        the advisor costs.
+
+        Raises
+        ------
+        AdviceInputError
+            A window or position names a dimension the array does not have, or a position puts a window
+            outside the array.
+        """
+        names = [str(d) for d in dims]
+        boxes = _batch(self, names, [int(n) for n in shape], _time_dimension(names), "")
+        return [{d: slice(a.start, a.stop) for d, a in zip(names, box, strict=True)} for box in boxes]
+
+
+def _parse_positions(positions: Any) -> tuple[dict[str, int], ...] | None:
+    """``positions=``: None, or a sequence of ``{dim: start}`` with whole starts >= 0."""
+    if positions is None:
+        return None
+    expected = "a list of window starts [{dim: start}, ...], e.g. [{'time': 0, 'lat': 64}]"
+    if isinstance(positions, str | bytes | Mapping) or not isinstance(positions, Sequence):
+        raise wrong_type("Batch positions", expected, positions)
+    if not positions:
+        raise AdviceInputError(f"expected Batch positions as {expected}. Got none.")
+    parsed = []
+    for i, position in enumerate(positions):
+        if not isinstance(position, Mapping):
+            raise wrong_type(f"Batch positions[{i}]", "a mapping {dim: start}", position)
+        starts = {}
+        for dim, start in position.items():
+            if not isinstance(dim, str):
+                raise wrong_type(f"Batch positions[{i}]'s dimensions", "names (strings)", dim)
+            starts[dim] = whole_number(f"Batch positions[{i}][{dim!r}]", start, 0, what="a window start >= 0")
+        parsed.append(starts)
+    return tuple(parsed)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Points:
+    """A pointwise (vectorised) read: ``N`` points along the dimensions ``indices`` names, each given the same
+    number of integer indices (negative ones from the end), and along every other dimension all its elements,
+    or what ``box`` gives (``{dim: slice or int}``). Read as xarray's vectorised indexing reads it, each chunk
+    holding any selected element read once:
+    ``var.isel({d: xr.DataArray(ix, dims="points") for d, ix in indices.items()} | box)``
+    (`isel` gives those indexers, checked).
+    """
+
+    indices: Mapping[str, Sequence[int] | np.ndarray]
+    box: Mapping[str, slice | int] | None = None
+
+    def __post_init__(self) -> None:
+        expected = "a mapping {dim: indices}, e.g. {'lat': [10, 20], 'lon': [5, 7]}"
+        if not isinstance(self.indices, Mapping) or not self.indices:
+            raise wrong_type("Points indices", expected, self.indices)
+        parsed = {}
+        for dim, ix in self.indices.items():
+            if not isinstance(dim, str):
+                raise wrong_type("Points indices' dimensions", "names (strings)", dim)
+            arr = np.asarray(ix) if not isinstance(ix, str | bytes | Mapping) else np.asarray(None)
+            if arr.ndim != 1 or arr.size == 0 or not (arr.dtype.kind in "iu" or all(is_whole(v) for v in arr)):
+                raise wrong_type(f"Points indices[{dim!r}]", "a non-empty list of whole numbers", ix)
+            parsed[dim] = arr.astype(np.int64)
+        counts = {d: a.size for d, a in parsed.items()}
+        if len(set(counts.values())) > 1:
+            raise AdviceInputError(f"expected Points indices of one length per dimension (one index each, per "
+                                   f"point). Got lengths {counts} instead.")
+        if self.box is not None and not isinstance(self.box, Mapping):
+            raise wrong_type("Points box", "a mapping {dim: slice or int} (or None)", self.box)
+        clash = sorted(set(parsed) & set(self.box or {}))
+        if clash:
+            raise AdviceInputError(f"expected Points box over dimensions other than the points'. Got {clash} in "
+                                   "both.")
+        object.__setattr__(self, "indices", parsed)
+
+    @property
+    def count(self) -> int:
+        """How many points."""
+        return len(next(iter(self.indices.values())))
+
+    def isel(self, dims: Sequence[Hashable], shape: Sequence[int], name: str = "points",
+             variable: str = "") -> dict[str, np.ndarray | slice | int]:
+        """The indexers, checked against an array of ``dims`` and ``shape``: per pointed dimension its
+        indices (from 0 to n - 1), per dimension of ``box`` its slice or index. Wrap the arrays as
+        ``xr.DataArray(a, dims="points")`` for vectorised indexing.
+
+        Raises
+        ------
+        AdviceInputError
+            A dimension the array does not have, an index outside its dimension, a box outside the array.
+        """
+        names = [str(d) for d in dims]
+        check_selection(name, dict(self.box or {}), names, shape, variable)
+        out: dict[str, np.ndarray | slice | int] = {}
+        for dim, given in self.indices.items():
+            ix = np.asarray(given, dtype=np.int64)
+            if dim not in names:
+                raise AdviceInputError(f"pattern {name!r} points along dimension {dim!r}, which variable "
+                                       f"{variable!r} does not have: its dimensions are {tuple(names)}")
+            n = int(shape[names.index(dim)])
+            bad = ix[(ix < -n) | (ix >= n)]
+            if bad.size:
+                raise AdviceInputError(f"pattern {name!r}: expected point indices of dimension {dim!r} from {-n} to "
+                                       f"{n - 1} (variable {variable!r} has {n} elements along it). Got "
+                                       f"{int(bad[0])} instead.")
+            out[dim] = np.where(ix < 0, ix + n, ix)
+        return out | dict(self.box or {})
+
+
+Boxes = Sequence[Mapping[Hashable, slice | int]]
+PatternSpec = float | tuple[float, Mapping[Hashable, slice | int] | Boxes | Points | Batch]
 
 
 def _time_dimension(dims: Sequence[str]) -> int:
@@ -77,8 +216,8 @@ def _centered(n: int, size: int) -> Axis:
 
 def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape: Sequence[int],
                        coords: Mapping[str, np.ndarray] | None = None, variable: str = "",
-                       batch: Batch = Batch()) -> list[Selection]:
-    """The box selections one access pattern reads, in order.
+                       batch: Batch = Batch()) -> list[Selection | PointRead]:
+    """The selections one access pattern reads, in order: boxes, or for `Points` one `PointRead`.
 
     Raises
     ------
@@ -88,7 +227,7 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     coords = coords or {}
     shape = [int(n) for n in shape]
     if isinstance(spec, tuple):
-        return [check_selection(name, spec[1], dims, shape, variable)]
+        return _own(name, spec[1], dims, shape, variable)
     if name not in KNOWN_PATTERNS:
         raise _unknown(name)
     time = _time_dimension(dims)
@@ -108,26 +247,64 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     if name == "region-mean":
         return [tuple(Axis(0, n) if i == time else _centered(n, _span(coords.get(dims[i]), n, REGION_DEGREES))
                       for i, n in enumerate(shape))]
-    return _batch(batch, dims, shape, time, variable)
+    return list(_batch(batch, dims, shape, time, variable))
 
 
-def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str) -> list[Selection]:
+def _own(name: str, what: Any, dims: Sequence[str], shape: Sequence[int],
+         variable: str) -> list[Selection | PointRead]:
+    """A pattern of the user's own: one box, a list of boxes, `Points` or a `Batch`."""
+    if isinstance(what, Batch):
+        return list(_batch(what, dims, shape, _time_dimension(dims), variable, name))
+    if isinstance(what, Points):
+        indexers = what.isel(dims, shape, name, variable)
+        pointed = tuple(dims.index(d) for d in what.indices)
+        points = np.stack([np.asarray(indexers[dims[i]]) for i in pointed], axis=-1)
+        box = check_selection(name, dict(what.box or {}), dims, shape, variable)
+        return [PointRead(pointed, points, box)]
+    if isinstance(what, Mapping):
+        return [check_selection(name, what, dims, shape, variable)]
+    return [check_selection(f"{name}[{i}]", box, dims, shape, variable) for i, box in enumerate(what)]
+
+
+def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str,
+           name: str = "random-batch") -> list[Selection]:
+    """The batch's windows: at its positions, else drawn from its seed (seed 0: the windows before seeds)."""
     sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
     for dim, size in (batch.window or {}).items():
         if dim not in dims:
-            raise AdviceInputError(f"pattern 'random-batch' selects dimension {dim!r}, which variable {variable!r} "
+            raise AdviceInputError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} "
                                    f"does not have: its dimensions are {tuple(dims)}")
         sizes[list(dims).index(dim)] = size
-    rng = np.random.default_rng(0)  # the same windows for every candidate
+    lengths = [min(n, want) for n, want in zip(shape, sizes, strict=True)]
+    if batch.positions is not None:
+        return [_placed(name, i, position, dims, shape, lengths, variable)
+                for i, position in enumerate(batch.positions)]
+    rng = np.random.default_rng(batch.seed)  # the same windows for every candidate
     windows = []
-    for _ in range(batch.windows):
+    for _ in range(int(batch.windows or 0)):
         axes = []
-        for n, want in zip(shape, sizes, strict=True):
-            size = min(n, want)
+        for n, size in zip(shape, lengths, strict=True):
             start = int(rng.integers(0, n - size + 1))
             axes.append(Axis(start, start + size))
         windows.append(tuple(axes))
     return windows
+
+
+def _placed(name: str, i: int, position: Mapping[str, int], dims: Sequence[str], shape: Sequence[int],
+            lengths: Sequence[int], variable: str) -> Selection:
+    """The window starting at ``position`` (0 along the dimensions it does not name), checked to fit."""
+    starts = [0] * len(shape)
+    for dim, start in position.items():
+        if dim not in dims:
+            raise AdviceInputError(f"pattern {name!r}: Batch positions[{i}] names dimension {dim!r}, which variable "
+                                   f"{variable!r} does not have: its dimensions are {tuple(dims)}")
+        d = list(dims).index(dim)
+        if start > shape[d] - lengths[d]:
+            raise AdviceInputError(f"pattern {name!r}: expected Batch positions[{i}][{dim!r}] from 0 to "
+                                   f"{shape[d] - lengths[d]}, so that a window of {lengths[d]} fits in the "
+                                   f"{shape[d]} elements along it. Got {start} instead.")
+        starts[d] = start
+    return tuple(Axis(s, s + n) for s, n in zip(starts, lengths, strict=True))
 
 
 def check_selection(name: str, selection: Any, dims: Sequence[str], shape: Sequence[int],
@@ -188,9 +365,14 @@ def _unknown(name: str) -> AdviceInputError:
                             f"selection {{dim: slice}} of your own")
 
 
+_OWN = ("a weight, or (weight, {dim: index or slice}) for a pattern of your own (or (weight, [boxes]), "
+        "(weight, Points(...)), (weight, Batch(...)))")
+
+
 def parse_patterns(patterns: Any) -> dict[str, PatternSpec]:
     """Check a mix as users write it: a mapping of pattern names (known ones, or names of your own given a
-    selection) to positive weights, or to ``(weight, {dim: index or slice})``; at least one pattern."""
+    selection) to positive weights, or to ``(weight, what)`` where ``what`` is a box ``{dim: index or slice}``,
+    a non-empty list of boxes, `Points` or a `Batch`; at least one pattern."""
     example = "{'timeseries': 0.5, 'map': 0.5}"
     if not isinstance(patterns, Mapping):
         raise wrong_type("patterns", f"a mapping of pattern name -> weight, e.g. {example}", patterns)
@@ -201,9 +383,8 @@ def parse_patterns(patterns: Any) -> dict[str, PatternSpec]:
         if not isinstance(name, str):
             raise wrong_type("pattern names", f"strings ({', '.join(KNOWN_PATTERNS)} or names of your own)", name)
         if isinstance(spec, tuple | list) or isinstance(spec, Mapping):
-            if not isinstance(spec, tuple) or len(spec) != 2 or not isinstance(spec[1], Mapping):
-                raise wrong_type(f"patterns[{name!r}]", "a weight, or (weight, {dim: index or slice}) for a "
-                                 "pattern of your own", spec)
+            if not isinstance(spec, tuple) or len(spec) != 2 or not _is_own(spec[1]):
+                raise wrong_type(f"patterns[{name!r}]", _OWN, spec)
             weight = spec[0]
         elif name not in KNOWN_PATTERNS:
             raise _unknown(name)
@@ -215,6 +396,13 @@ def parse_patterns(patterns: Any) -> dict[str, PatternSpec]:
         if not math.isfinite(weight) or weight <= 0:
             raise AdviceInputError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
     return dict(patterns)
+
+
+def _is_own(what: Any) -> bool:
+    """A box, a non-empty list of boxes, `Points` or a `Batch`."""
+    if isinstance(what, Mapping | Points | Batch):
+        return True
+    return isinstance(what, list | tuple) and bool(what) and all(isinstance(b, Mapping) for b in what)
 
 
 def weight(spec: PatternSpec) -> float:
