@@ -66,7 +66,7 @@ class Config:
         decoding it again. 0 (the default) turns the cache off. Per process: each dask worker has its own.
         Off by default (docs/dev/cache.md): the cap is memory held for the process's life, which only the user
         can budget; a read that does not come back costs nothing measurable with it on (a chunk read whole is
-        kept only when decoded a second time), and re-reads gained 2.6-7.8x locally.
+        kept only when decoded a second time), and re-reads gained 2.1-13x locally.
     write_buffer_bytes
         Most bytes of free buffers `to_zarr` keeps for reuse: chunks of 256 KiB and more are encoded into
         buffers given back once written to a local directory, so the next chunk does not fault in fresh pages.

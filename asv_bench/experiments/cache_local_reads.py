@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from asv_bench.shared import cache_workloads as w
+from asv_bench.shared.timing import median_time
 
 
 def _null_dataset(data: np.ndarray) -> Any:
@@ -47,15 +47,6 @@ def _null_dataset(data: np.ndarray) -> Any:
     return xr.Dataset({"v": xr.Variable(("t", "y", "x"), lazy)})
 
 
-def _median_s(fn: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
@@ -69,15 +60,15 @@ def main() -> None:
     w.write(path, data, training)
     time.sleep(2.1)  # older than the racy window: the files may be kept
     null_v = _null_dataset(data)["v"]
-    null = _median_s(lambda: w.slabs(null_v, data, 1), args.repeat)
+    null = median_time(lambda: w.slabs(null_v, data, 1), args.repeat)
     with xarray_zarrmax.set_config(cache_bytes=0):
         v = xr.open_dataset(path, engine="zarrmax", consolidated=False, cache=False)["v"]
-        slabs64 = _median_s(lambda: w.slabs(v, data, 64), args.repeat)
+        slabs64 = median_time(lambda: w.slabs(v, data, 64), args.repeat)
     with xarray_zarrmax.set_config(cache_bytes=256 << 20):
         v = xr.open_dataset(path, engine="zarrmax", consolidated=False, cache=False)["v"]
         w.slabs(v, data, 1)  # keeps every chunk (each read uses part of it)
         with xarray_zarrmax.request_counts() as counts:
-            kept = _median_s(lambda: w.slabs(v, data, 1), args.repeat)
+            kept = median_time(lambda: w.slabs(v, data, 1), args.repeat)
         assert counts.cache.misses == 0, counts.cache
     reads, load = w.SHAPE[0] - 8, os.getloadavg()
     print(f"Local, one process; medians of {args.repeat}; load average {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}\n")
