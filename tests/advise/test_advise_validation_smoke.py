@@ -1,0 +1,103 @@
+"""The advisor's validation script (`asv_bench.tables.advise_validation`) in pieces, on tiny data: its statistics
+on toy cases worked by hand, and one dataset written, read, counted and predicted locally. No timing asserted."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asv_bench.shared.access import Spec, Store
+from asv_bench.shared.advise_sets import B_QUICK_SHAPE, datasets, expected, run_pattern, write
+from asv_bench.tables.advise_validation import (
+    Advisor,
+    counted,
+    pick_ratio,
+    ranks,
+    request_differences,
+    spearman,
+    timed,
+    weighted,
+)
+
+
+def test_ranks_share_ties() -> None:
+    assert ranks([10.0, 2.0, 2.0, 7.0]).tolist() == [4.0, 1.5, 1.5, 3.0]
+
+
+def test_spearman_on_toy_cases() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # two neighbours swapped twice: sum d^2 = 4, so 1 - 6 * 4 / (5 * 24) = 0.8
+    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    # ties take mean ranks: Pearson's on [1, 2.5, 2.5, 4] and [1, 2, 3, 4] = 0.9486...
+    assert spearman([1, 2, 2, 3], [5, 6, 7, 8]) == pytest.approx(3 / math.sqrt(10))
+    assert math.isnan(spearman([1, 2], [1, 2]))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(ValueError, match="one length"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_request_comparison_lists_each_difference() -> None:
+    predicted = {("a", "map"): 4, ("a", "series"): 10, ("b", "map"): 1}
+    assert request_differences(predicted, {("a", "map"): 4, ("a", "series"): 12, ("b", "map"): 1}) == [
+        (("a", "series"), 10, 12)]
+    assert request_differences(predicted, dict(predicted)) == []
+
+
+def test_mix_scores_and_pick_ratio() -> None:
+    times = {"fast": {"map": 1.0, "series": 3.0}, "slow": {"map": 2.0, "series": 4.0}}
+    mix = {"map": 0.25, "series": 0.75}
+    scores = {k: weighted(t, mix) for k, t in times.items()}
+    assert scores == {"fast": pytest.approx(2.5), "slow": pytest.approx(3.5)}
+    assert pick_ratio(scores, "slow") == pytest.approx(1.4)
+    assert pick_ratio(scores, "fast") == 1.0
+
+
+def test_both_sets_are_kept_apart_with_three_new_mixes_each() -> None:
+    sets = datasets(quick=True)
+    first = [d for d in sets if d.validation_set == 1]
+    held_out = [d for d in sets if d.validation_set == 2]
+    assert len(first) == 1 and len(held_out) >= 2
+    seen = {name for mix in first[0].mixes.values() for name in mix}
+    for d in held_out:
+        assert len(d.mixes) == 3
+        assert not seen & {name for mix in d.mixes.values() for name in mix}
+        assert len(d.dims) != 3 and 6 <= len(d.layouts) <= 10
+    assert {"points", "boxes", "batch"} <= {p.kind for d in held_out for p in d.patterns}
+
+
+def test_a_tiny_dataset_written_read_counted_and_predicted(tmp_path: Path) -> None:
+    """The script's pieces end to end on a tiny station dataset, local only: the reads return the data, and for
+    single boxes of an unsharded layout (the reader's simplest case, and the model's) the advisor's predicted
+    GET requests are the counted ones."""
+    from xarray_zarrmax.advise import Costs
+
+    data = next(d for d in datasets(quick=True) if d.name == "stations-2d")
+    assert data.shape == B_QUICK_SHAPE
+    ds, encoding, values = data.make()
+    spec = Spec("tiny", (240, 16), None, "hand")
+    write(tmp_path / spec.key, spec, ds, encoding)
+    advisor = Advisor()
+    patterns = [p for p in data.patterns if p.kind != "batch"]
+    batch = next(p for p in data.patterns if p.kind == "batch")
+    windows = advisor.batch_windows(data, batch)
+    assert batch.batch is not None
+    assert len(windows) == batch.batch["windows"] and all(set(w) == set(data.dims) for w in windows)
+    store = Store("local", tmp_path)
+    for p in patterns:
+        want = expected(values, data.dims, p)
+        assert all(np.array_equal(a, b) for a, b in zip(run_pattern(store.open(spec, "zarrmax"), p), want,
+                                                        strict=True))
+        assert counted(store, spec, p, want, atol=0.0)[0] >= 1
+        assert timed(store, spec, p) > 0
+    user_ds = store.open(spec, "zarrmax")
+    box_only = type(data)(**{**data.__dict__, "patterns": patterns})
+    predicted = advisor.predict(user_ds, box_only, [spec], Costs())
+    for p in patterns:
+        if p.kind == "box":
+            requests, nbytes = counted(store, spec, p, expected(values, data.dims, p), atol=0.0)
+            assert predicted[(spec.key, p.name)]["requests"] == requests and nbytes > 0
+        assert predicted[(spec.key, p.name)]["seconds"] > 0
