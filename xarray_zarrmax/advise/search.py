@@ -60,9 +60,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     every cost within the spread (with no spread: slower than the best), so the grid's best, and every layout
     tied with it, are costed (`tests/advise/test_advise_geometry.py` checks this against the whole grid).
 
-    It stops after costing ``budget`` layouts that meet the constraints (None: never): its lower bounds are weak where reads coalesce and
-    on large batches (a 4-D mix took 85-205 s to prove, costing 45,000-165,000 layouts), so the search is
-    anytime, and says how far it got (`SearchOutcome`).
+    It stops after costing ``budget`` layouts that meet the constraints (None: never): its lower bounds are weak
+    where reads coalesce and on large batches (a 4-D mix took 85-205 s to prove, costing 45,000-165,000
+    layouts), so the search is anytime, and says how far it got (`SearchOutcome`).
     """
     k = len(grid)
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
