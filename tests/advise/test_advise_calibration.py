@@ -274,3 +274,23 @@ def test_the_tie_rule_is_requests_then_bytes_then_memory() -> None:
     out = _tie_break(ranked, costs, {"p": 1.0})
     assert [c.layout.chunks[0] for c in out] == [4, 3, 2, 1, 5]  # 2 requests first; then bytes; then memory
     assert [c.tied for c in out] == [True, True, True, True, False]
+
+
+def test_the_probe_sample_is_packed_as_xarray_writes_it():
+    """The decoder probe's sample is packed by our own code (xarray's CF encoder is not public API): the same
+    int16 values xarray's writer stores, NaN as the fill value."""
+    import zarr
+
+    from xarray_zarrmax.advise.advisor import _packed
+
+    values = np.linspace(240.0, 310.0, 600).reshape(20, 30)
+    values[3, 4] = np.nan
+    ds = xr.Dataset({"v": (("y", "x"), values)})
+    encoding = {"v": {"dtype": "int16", "scale_factor": 0.01, "add_offset": 250.0, "_FillValue": -32768}}
+    store = zarr.storage.MemoryStore()
+    ds.to_zarr(store, encoding=encoding, zarr_format=3, consolidated=False)
+    stored = zarr.open_array(store, path="v", mode="r")[:]
+    opened = xr.open_dataset(store, engine="zarr", consolidated=False)
+    packed = _packed(opened.v, np.dtype("int16"))
+    assert packed.dtype == stored.dtype == np.int16
+    np.testing.assert_array_equal(packed, stored)

@@ -294,28 +294,31 @@ def stored_dtype(var: Any) -> np.dtype:
 
 
 def _packed(block: Any, dtype: np.dtype) -> np.ndarray:
-    """``block``'s values as the writer stores them: CF-encoded by xarray (masked with ``_FillValue``, scaled
-    by ``scale_factor``/``add_offset``, rounded and cast to ``dtype``), so the decoder probe times and
-    compresses the stored bytes (int16 compresses and decodes otherwise than float64)."""
+    """``block``'s values as the writer stores them, CF-packed as xarray's encoder packs them (``add_offset``
+    subtracted, divided by ``scale_factor``, rounded to an integer ``dtype``, NaN as ``_FillValue``), so the
+    decoder probe times and compresses the stored bytes (int16 compresses and decodes otherwise than float64).
+    Written here, not called from xarray: its encoder is not public API."""
     values = np.asarray(block.values)
     if values.dtype == dtype:
         return values
-    import warnings
-
-    import xarray as xr
-    from xarray.conventions import encode_cf_variable
-
-    encoding = {k: v for k, v in block.encoding.items() if k in PACKING}
-    encoding["dtype"] = dtype
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # NaN cast to an integer without _FillValue: xarray warns
-            packed = np.asarray(encode_cf_variable(xr.Variable(block.dims, values, dict(block.attrs),
-                                                               encoding)).values)
-    except Exception:  # an encoding xarray cannot apply to a sample: its values cast, as stored bytes go
-        with np.errstate(invalid="ignore"):
-            packed = np.nan_to_num(values).astype(dtype) if values.dtype.kind in "fc" else values.astype(dtype)
-    return packed if packed.dtype == dtype else packed.astype(dtype)
+    if values.dtype.kind not in "fc" or dtype.kind not in "iu":
+        with np.errstate(invalid="ignore", over="ignore"):
+            return values.astype(dtype)
+    encoding = block.encoding
+    offset = encoding.get("add_offset")
+    scale = encoding.get("scale_factor")
+    data = values.astype(np.float64)
+    if offset is not None:
+        data = data - float(offset)
+    if scale is not None:
+        data = data / float(scale)
+    missing = np.isnan(data)
+    info = np.iinfo(dtype)
+    data = np.clip(np.round(np.nan_to_num(data)), info.min, info.max)  # a sample's values only: never out of range
+    fill = encoding.get("_FillValue", encoding.get("missing_value"))
+    if fill is not None:
+        data[missing] = fill
+    return data.astype(dtype)
 
 
 def _advisable(var: Any) -> str | None:
