@@ -150,10 +150,10 @@ REFINE_FACTORS = (0.5, 2 / 3, 0.75, 4 / 3, 1.5, 2.0)
 REFINE_STARTS = 4
 REFINE_STEPS = 64
 #: The most layouts of the grid the branch-and-bound search costs before it stops and reports how far it got
-#: (`advise.search.SearchOutcome`): costing runs at about 1 ms a layout on this project's 2-core machine (0.7-1.1
-#: ms in the validation runs), so about 3 s; proving a 4-D mix took 45,000-165,000 layouts (85-205 s). Chosen
-#: for time, not fitted on either validation set.
-SEARCH_LAYOUTS = 3000
+#: (`advise.search.SearchOutcome`): a safety net, at about 2-3 ms a layout on this project's 2-core machine. The
+#: proven searches of both validation sets and of every built-in pattern on a 4-D array cost at most 3,200
+#: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
+SEARCH_LAYOUTS = 5000
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
 DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: Decoded bytes of the variable the decoder and reader probes read (a block at its start, whatever its size:

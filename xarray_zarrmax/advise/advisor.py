@@ -135,6 +135,8 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
         return c.score, c.objects  # ties: fewer objects (cheaper to list, write and delete)
 
     bounds = SearchBounds(selections, weights, shape, itemsize, costs, reader) if searched else None
+    if progress is not None:
+        progress = _forward_only(progress)
     # progress: one step a layout given or a chunk shape of the grid, then REFINE_STEPS a refined start (the rest
     # at once when it stops)
     grid = chunk_grid(shape, itemsize) if searched else None
@@ -142,7 +144,33 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
     total = steps + (REFINE_STARTS * REFINE_STEPS if searched else 0)
     outcome = None
     if bounds is not None and grid is not None:
-        outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS)
+
+        def polish(starts: list[Candidate]) -> Candidate:
+            """From the grid's `REFINE_STARTS` fastest, a local search (`neighbours`, each step to the best
+            neighbour while it is better) for lengths off the grid's ladders: the fastest costed after it."""
+            limit = min(high(c) for c in starts)
+            for s, start in enumerate(sorted(starts, key=order)):
+                current = start
+                for step_no in range(REFINE_STEPS):
+                    # a neighbour whose bound exceeds both the current score and the least high end costed can
+                    # neither be a step nor tie with the best: left uncosted
+                    near_layouts = neighbours(current.layout, shape, itemsize)
+                    low = layout_bounds(bounds, near_layouts)
+                    near = [c for c in (cost(lay) for lay, b in zip(near_layouts, low, strict=True)
+                                        if b <= max(current.score, limit)) if c is not None]
+                    limit = min([limit, *(high(c) for c in near)])
+                    step = min(near, key=order, default=None)
+                    if progress is not None:
+                        progress(steps + s * REFINE_STEPS + step_no + 1, total, "refining the best")
+                    if step is None or order(step) >= order(current):
+                        break
+                    current = step
+            if progress is not None:
+                progress(steps + REFINE_STARTS * REFINE_STEPS - 1, total, "costing what could tie with the best")
+            return min((c for c in costed.values() if c is not None), key=order)
+
+        outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
+                                   REFINE_STARTS)
         kept = [c for c in costed.values() if c is not None]
     else:
         kept = []
@@ -157,29 +185,23 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
             progress(total, total, "no layout meets the constraints")
         raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints,
                                               list(costed) if searched else list(layouts or ())))
-    if bounds is not None:
-        limit = min(high(c) for c in kept)
-        for s, start in enumerate(sorted(kept, key=order)[:REFINE_STARTS]):
-            current = start
-            for step_no in range(REFINE_STEPS):
-                # a neighbour whose bound exceeds both the current score and the least high end costed can
-                # neither be a step nor tie with the best: left uncosted
-                near_layouts = neighbours(current.layout, shape, itemsize)
-                low = layout_bounds(bounds, near_layouts)
-                near = [c for c in (cost(lay) for lay, b in zip(near_layouts, low, strict=True)
-                                    if b <= max(current.score, limit)) if c is not None]
-                limit = min([limit, *(high(c) for c in near)])
-                step = min(near, key=order, default=None)
-                if progress is not None:
-                    progress(steps + s * REFINE_STEPS + step_no + 1, total, "refining the best")
-                if step is None or order(step) >= order(current):
-                    break
-                current = step
-        if progress is not None:
-            progress(total, total, "refining the best")
-        kept = [c for c in costed.values() if c is not None]
+    if progress is not None and searched:
+        progress(total, total, "costed")
     kept.sort(key=order)
     return _tie_break(kept, costs, {n: weight(s) for n, s in patterns.items()}), outcome
+
+
+def _forward_only(progress: Progress) -> Progress:
+    """``progress`` that never moves back: the grid's chunk shapes are counted as listed, and the search lists
+    the rest after refining the best."""
+    shown = 0
+
+    def forward(done: int, total: int, what: str) -> None:
+        nonlocal shown
+        shown = max(shown, done)
+        progress(shown, total, what)
+
+    return forward
 
 
 def _prediction(counts: Any, costs: Costs, reader: Reader) -> Prediction:

@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
+from xarray_zarrmax.advise.revisits import revisits
 from xarray_zarrmax.core.geometry import Selection
+from xarray_zarrmax.tuning import JOB_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    """One pattern's selections as arrays: weight, starts and stops ``(windows, ndim)`` (0 and 1 along a pointed
+    dimension), which dimensions each points along, and per pointwise read (its index, dimensions, points)."""
+
+    weight: float
+    starts: np.ndarray
+    stops: np.ndarray
+    pointed: np.ndarray
+    points: tuple[tuple[int, list[int], np.ndarray], ...]
 
 
 class SearchBounds:
@@ -44,54 +59,110 @@ class SearchBounds:
         self.itemsize, self.costs, self.reader, self.compressed = itemsize, costs, reader, compressed
         self.patterns = []
         for name, sels in selections.items():
-            starts, stops, pointed = [], [], []
-            for sel in sels:
+            starts, stops, pointed, points = [], [], [], []
+            for j, sel in enumerate(sels):
                 axes = sel.box if isinstance(sel, PointRead) else sel
                 dims = set(sel.dims) if isinstance(sel, PointRead) else set()
                 starts.append([0 if d in dims else a.start for d, a in enumerate(axes)])
                 stops.append([1 if d in dims else a.stop for d, a in enumerate(axes)])
                 pointed.append([d in dims for d in range(len(axes))])
-            self.patterns.append((float(weights[name]), np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
-                                  np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
-                                  np.asarray(pointed, dtype=bool).reshape(len(sels), -1)))
-        factors = costs.factors()
-        self.low = {name: f[0] for name, f in factors.items()}
-        threads = max(reader.threads, 1)
-        self.speedup = max(costs.speedup(1), costs.speedup(threads))
+                if isinstance(sel, PointRead):
+                    points.append((j, list(sel.dims), np.asarray(sel.points, dtype=np.int64).reshape(-1, len(dims))))
+            self.patterns.append(_Pattern(float(weights[name]),
+                                          np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
+                                          np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
+                                          np.asarray(pointed, dtype=bool).reshape(len(sels), -1), tuple(points)))
+        low = {name: f[0] for name, f in costs.factors().items()}
+        # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
+        self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
+                                      + [min(1.0, low.get("request_bps", 1.0), low.get("aggregate_bps", 1.0)),
+                                         min(1.0, low.get("decode_bps", 1.0))])
+        self.speedup = costs.speedup(max(reader.threads, 1))
 
     def seconds(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
                 pairwise: bool = True) -> np.ndarray:
-        """The bound, weighted over the mix, for each row of ``chunks`` and ``outer`` (``(k, ndim)``);
-        ``pairwise`` False: a quicker, lower one: objects counted in the first `_QUICK` selections of each
-        pattern alone (one each for the rest), the bandwidth taken at its most, only the first selection taken
-        as finding no index cached."""
+        """The bound of each row's time, weighted over the mix: `terms` with each at the low end of its spread
+        (and no more than its value: a bound of both the score and its low end)."""
+        return self.terms(chunks, outer, sharded, per_object, pairwise) @ self.key_factors
+
+    def terms(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
+              pairwise: bool = True) -> np.ndarray:
+        """``(k, len(TERMS))``: a lower bound of each term of `predict_terms`, weighted over the mix, for each
+        row of ``chunks`` and ``outer`` (``(k, ndim)``). The transfer is put under the rate that bounds it where
+        the bounds of the requests tell which, else under "transfer". ``pairwise`` False: a quicker, lower one:
+        objects counted in the first `_QUICK` selections of each pattern alone (one each for the rest), the
+        bandwidth taken at its most, only the first selection taken as finding no index cached."""
         chunks = np.asarray(chunks, dtype=np.int64).reshape(-1, self.shape.size)
         outer = np.asarray(outer, dtype=np.int64).reshape(chunks.shape)
-        total = np.zeros(chunks.shape[0])
-        for w, starts, stops, pointed in self.patterns:
-            rest = 0 if pairwise else max(0, starts.shape[0] - _QUICK)
-            block = max(1, (1 << 21) // max(1, starts.shape[0]))  # rows x windows held at once
+        total = np.zeros((chunks.shape[0], len(TERMS)))
+        for pattern in self.patterns:
+            windows = pattern.starts.shape[0]
+            rest = 0 if pairwise else max(0, windows - _QUICK)
+            block = max(1, (1 << 21) // max(1, windows))  # rows x windows held at once
             for lo in range(0, chunks.shape[0], block):
                 hi = lo + block
                 # the chunks and their bytes always of every selection (the decode and transfer of a batch)
-                sums = self._chunk_sums(chunks[lo:hi], starts, stops, pointed) if rest else None
-                total[lo:hi] += w * self._pattern(chunks[lo:hi], outer[lo:hi], np.asarray(sharded)[lo:hi],
-                                                  np.asarray(per_object)[lo:hi], starts[:starts.shape[0] - rest],
-                                                  stops[:starts.shape[0] - rest], pointed[:starts.shape[0] - rest],
-                                                  pairwise, sums, rest)
+                sums = self._chunk_sums(chunks[lo:hi], outer[lo:hi], pattern) if rest else None
+                total[lo:hi] += pattern.weight * self._pattern(
+                    chunks[lo:hi], outer[lo:hi], np.asarray(sharded)[lo:hi], np.asarray(per_object)[lo:hi],
+                    pattern, windows - rest, pairwise, sums, rest)
         return total
 
-    def _chunk_sums(self, chunks: np.ndarray, starts: np.ndarray, stops: np.ndarray,
-                    pointed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray, pattern: _Pattern) -> tuple[np.ndarray, np.ndarray]:
         """Per row, the chunks every selection touches and their stored fraction, summed over selections."""
+        starts, stops, pointed = pattern.starts, pattern.stops, pattern.pointed
         touched = np.ones((chunks.shape[0], starts.shape[0]))
         fraction = np.ones(touched.shape)
         for d in range(self.shape.size):
             t, f = self._along(d, chunks[:, d:d + 1], starts[None, :, d], stops[None, :, d])
             pt = pointed[None, :, d]
             touched *= np.where(pt, 1, t)
-            fraction *= np.where(pt, 0.0, f)
+            fraction *= np.where(pt, 1.0, f)
+        for j, dims, points in pattern.points:
+            t_p, f_p, _, _ = self._pointed(chunks, outer, dims, points)
+            touched[:, j] *= t_p
+            fraction[:, j] *= f_p
         return touched.sum(axis=1), fraction.sum(axis=1)
+
+    def _pointed(self, chunks: np.ndarray, outer: np.ndarray, dims: list[int],
+                 points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per row, for a pointwise read along ``dims`` (as `counting._count_points` reads it): the distinct
+        chunks holding its ``points`` (along those dimensions), their fractions inside the array summed, the
+        distinct objects holding them, and the fewest of those chunks in one of those objects."""
+        k, count = chunks.shape[0], points.shape[0]
+        if count == 0:
+            return np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+        n = self.shape[dims]
+        codes = []
+        for lengths in (chunks[:, dims], outer[:, dims]):
+            ids = points[None] // lengths[:, None, :]  # (k, points, len(dims))
+            grid = -(-n[None] // lengths)
+            code = np.zeros(ids.shape[:2], dtype=np.int64)
+            for d in range(len(dims)):  # below the element count of those dimensions: no overflow
+                code = code * grid[:, d, None] + ids[:, :, d]
+            codes.append(code)
+        chunk_code, object_code = codes
+        row = np.repeat(np.arange(k), count)
+        order = np.lexsort((chunk_code.ravel(), object_code.ravel(), row))
+        row, chunk_code, object_code = row[order], chunk_code.ravel()[order], object_code.ravel()[order]
+        new_row = np.ones(row.size, dtype=bool)
+        new_row[1:] = row[1:] != row[:-1]
+        new_chunk = new_row.copy()
+        new_chunk[1:] |= chunk_code[1:] != chunk_code[:-1]
+        new_object = new_row.copy()
+        new_object[1:] |= object_code[1:] != object_code[:-1]
+        lengths = chunks[:, dims]
+        ids = points[None] // lengths[:, None, :]
+        inside = np.prod(np.minimum(lengths[:, None, :], n[None, None] - ids * lengths[:, None, :])
+                         / lengths[:, None, :], axis=2).ravel()[order]
+        touched = np.bincount(row[new_chunk], minlength=k).astype(np.float64)
+        fraction = np.bincount(row[new_chunk], weights=inside[new_chunk], minlength=k)
+        objects = np.bincount(row[new_object], minlength=k).astype(np.float64)
+        # per object its distinct chunks (a chunk lies in one object: sorted by object, then chunk)
+        per_object = np.add.reduceat(new_chunk.astype(np.int64), np.flatnonzero(new_object))
+        fewest = np.full(k, np.inf)
+        np.minimum.at(fewest, row[new_object], per_object)
+        return touched, fraction, objects, fewest
 
     def _along(self, d: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunks of length ``c`` that [s, e) touches along dimension ``d``, and their fraction inside the array
@@ -103,11 +174,12 @@ class SearchBounds:
         return t, t - np.where(edge, 1.0 - (n % c) / c, 0.0)
 
     def _pattern(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-                 starts: np.ndarray, stops: np.ndarray, pointed: np.ndarray, pairwise: bool,
-                 sums: tuple[np.ndarray, np.ndarray] | None = None, rest: int = 0) -> np.ndarray:
-        """One pattern's bound; ``rest`` selections left out of ``starts`` and ``stops`` (each still one round
-        trip and one request), ``sums`` the chunks and fractions of all of them."""
-        k, windows = chunks.shape[0], starts.shape[0]
+                 pattern: _Pattern, windows: int, pairwise: bool, sums: tuple[np.ndarray, np.ndarray] | None = None,
+                 rest: int = 0) -> np.ndarray:
+        """One pattern's bound over its first ``windows`` selections; ``rest`` selections left out (each still
+        one round trip and one request), ``sums`` the chunks and fractions of all of them."""
+        starts, stops, pointed = pattern.starts[:windows], pattern.stops[:windows], pattern.pointed[:windows]
+        k = chunks.shape[0]
         touched = np.ones((k, windows))
         fraction = np.ones((k, windows))
         objects = np.ones((k, windows))
@@ -117,34 +189,80 @@ class SearchBounds:
             s, e, pt = starts[None, :, d], stops[None, :, d], pointed[None, :, d]
             first, last = s // c, (e - 1) // c
             t, f = self._along(d, c, s, e)
-            # chunks of the selection's first object along the dimension (its corner object: at most every
-            # chunk of the shard along a pointed one)
+            # chunks of the selection's first object along the dimension (its corner object; along pointed
+            # dimensions, the object holding the fewest of its chunks, below)
             per_dim = np.maximum(o // c, 1)
-            corner *= np.where(pt, per_dim, np.minimum(last, (first // per_dim + 1) * per_dim - 1) - first + 1)
+            corner *= np.where(pt, 1, np.minimum(last, (first // per_dim + 1) * per_dim - 1) - first + 1)
             touched *= np.where(pt, 1, t)
-            fraction *= np.where(pt, 0.0, f)
+            fraction *= np.where(pt, 1.0, f)
             objects *= np.where(pt, 1, (e - 1) // o - s // o + 1)
+        for j, dims, points in pattern.points:
+            if j < windows:  # along the pointed dimensions: the distinct chunks and objects of its points
+                t_p, f_p, o_p, fewest = self._pointed(chunks, outer, dims, points)
+                touched[:, j] *= t_p
+                fraction[:, j] *= f_p
+                objects[:, j] *= o_p
+                corner[:, j] *= fewest
+        chunk_dec = self.itemsize * np.prod(chunks.astype(np.float64), axis=1)
+        chunk_enc = np.maximum(1.0, np.round(chunk_dec * self.costs.ratio))
+        part_extra, split_plain = np.zeros(k), np.zeros((k, windows), dtype=bool)
+        plain = ~sharded
+        if not self.reader.local and plain.any():
+            # an object store reads each unsharded chunk in split_size parts: at least the window's bytes over
+            # split_size requests, and a second round trip a wave when its mean chunk is above split_size
+            enc = chunk_enc[plain, None]
+            bytes_lb = (np.maximum(0.0, enc * fraction[plain] - 0.5 * touched[plain]) if self.compressed
+                        else enc * touched[plain])
+            split = max(1, self.reader.split_size)
+            part_extra[plain] = np.maximum(0.0, np.ceil(bytes_lb / split) - objects[plain]).sum(axis=1)
+            split_plain[plain] = bytes_lb > split * objects[plain]
         chunk_count = touched.sum(axis=1) if sums is None else sums[0]
         fraction_sum = fraction.sum(axis=1) if sums is None else sums[1]
-        requests = objects.sum(axis=1) + rest
-        round_trips = np.ceil(objects / max(1, self.reader.concurrency)).sum(axis=1) + rest
+        requests = objects.sum(axis=1) + rest + part_extra
         # a selection whose shards no earlier one touched finds no index cached: one it touches in fewer chunks
         # than read it whole (full_shard_fraction) waits for its index, then its ranges
         ranged = sharded[:, None] & (corner < self.reader.full_shard_fraction * per_object[:, None])
+        # objects in flight at once: fewer than the concurrency when the largest fetch (`counting._tally`: a
+        # whole object at its decoded size) fills the reader's in-flight bytes. Known to be whole: an unsharded
+        # chunk, and the first selection's corner shard when it is read whole (not for every sharding at once)
+        largest = np.ones((k, windows))
+        largest[~sharded] = chunk_dec[~sharded, None]
+        whole_first = sharded & (per_object > 1) & ~ranged[:, 0] if windows else np.zeros(k, dtype=bool)
+        if windows:
+            largest[whole_first, 0] = (chunk_dec * per_object)[whole_first]
+        slots = np.maximum(1.0, np.minimum(self.reader.concurrency, self.reader.inflight_bytes // largest))
+        waves = np.ceil(objects / slots)
+        round_trips = (waves * (1 + split_plain)).sum(axis=1) + rest
         fresh = np.zeros(ranged.shape, dtype=bool)
         fresh[:, 0] = True
+        indexes = np.where(sharded, objects.max(axis=1), 0.0)
+        whole_extra = np.zeros(k)  # bytes of shards read whole beyond the chunks touched in them
+        counted = np.zeros(0, dtype=np.int64)
+        if pairwise and not pattern.points and windows:
+            # shard by shard where selections touch few: every selection that waits for an index, every index
+            # parsed once, each index request
+            index_bytes = 16 * per_object + (4 if self.reader.index_crc32c else 0)
+            found = revisits(self.shape, chunks[sharded], outer[sharded], per_object[sharded].astype(np.float64),
+                             starts, stops, self.reader.full_shard_fraction, chunk_enc[sharded], self.compressed,
+                             index_bytes[sharded], None if self.reader.local else self.reader.split_size)
+            counted = np.flatnonzero(sharded)[found.rows]
+            # a selection that waits for an index, or reads a shard whole in parts, takes two round trips a wave
+            round_trips[counted] += (waves[counted] * (found.waits | found.splits)).sum(axis=1)
+            indexes[counted] = found.first
+            requests[counted] += found.ranged_first + found.parts
+            whole_extra[counted] = found.whole_extra
         rows = (np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 and pairwise
                 else np.zeros(0, dtype=np.int64))
+        rows = np.setdiff1d(rows, counted, assume_unique=True)
         if rows.size:  # only rows that could gain (in a bound for every sharding nothing is apart)
             fresh[rows] = self._fresh(outer[rows], starts, stops, pointed)
-        round_trips = round_trips + (ranged & fresh).sum(axis=1)
-        indexes = np.where(sharded, objects.max(axis=1), 0.0)
-        chunk_dec = self.itemsize * np.prod(chunks.astype(np.float64), axis=1)
-        chunk_enc = np.maximum(1.0, np.round(chunk_dec * self.costs.ratio))
+        uncounted = np.ones(k, dtype=bool)
+        uncounted[counted] = False
+        round_trips = round_trips + np.where(uncounted, (ranged & fresh).sum(axis=1), 0)
         nbytes = (np.maximum(0.0, chunk_enc * fraction_sum - 0.5 * chunk_count) if self.compressed
-                  else chunk_enc * chunk_count)
+                  else chunk_enc * chunk_count) + whole_extra
         nbytes = nbytes + indexes * (16 * per_object + (4 if self.reader.index_crc32c else 0))  # each index read
-        costs, low = self.costs, self.low
+        costs = self.costs
         # the bytes stream at most at request_bps per request in flight (and aggregate_bps in all), and a read
         # sends at most one request per object (an index), one per chunk and one per split_size part: an upper
         # bound of the requests that grows with the bytes, so the time it gives still grows with them
@@ -155,17 +273,28 @@ class SearchBounds:
             most_requests = np.full(k, np.inf)
         streams = costs.request_bps * np.minimum(max(1, self.reader.concurrency), np.maximum(most_requests, 1.0))
         bandwidth = np.minimum(streams, costs.aggregate_bps)
-        transfer = min(low.get("request_bps", 1.0), low.get("aggregate_bps", 1.0))
         rate = _decode_rates(costs, chunk_dec)
-        return (round_trips * costs.latency_s * low.get("latency_s", 1.0)
-                + requests * costs.request_s * low.get("request_s", 1.0)
-                + np.minimum(requests, self.reader.concurrency) * costs.connect_s * low.get("connect_s", 1.0)
-                + indexes * costs.index_s * low.get("index_s", 1.0)
-                + indexes * per_object * costs.index_entry_s * low.get("index_entry_s", 1.0)
-                + chunk_count * costs.chunk_s * low.get("chunk_s", 1.0)
-                + nbytes / bandwidth * transfer
-                + chunk_count * chunk_dec / rate / self.speedup * low.get("decode_bps", 1.0))
-
+        # as `predict`: a local read decoding less than JOB_BYTES decodes in the calling thread (the chunks
+        # counted are the read's own, so the bytes decoded are exact)
+        speedup = np.where(self.reader.local & (chunk_count * chunk_dec < JOB_BYTES), 1.0, self.speedup)
+        terms = np.empty((k, len(TERMS)))
+        terms[:, 0] = round_trips * costs.latency_s
+        terms[:, 1] = requests * costs.request_s
+        terms[:, 2] = np.minimum(requests, self.reader.concurrency) * costs.connect_s
+        terms[:, 3] = indexes * costs.index_s
+        terms[:, 4] = indexes * per_object * costs.index_entry_s
+        terms[:, 5] = chunk_count * costs.chunk_s
+        # the transfer under the rate that bounds it, where the requests' bounds tell which (`predict_terms`):
+        # at least requests_lb in flight stream past aggregate_bps; at most most_requests stream below it
+        transfer = nbytes / bandwidth
+        in_flight = np.minimum(max(1, self.reader.concurrency), np.maximum(requests, 1.0))
+        aggregate = costs.request_bps * in_flight >= costs.aggregate_bps
+        per_request = ~aggregate & (streams < costs.aggregate_bps)
+        terms[:, 6] = np.where(per_request, transfer, 0.0)
+        terms[:, 7] = np.where(aggregate, transfer, 0.0)
+        terms[:, 8] = np.where(aggregate | per_request, 0.0, transfer)
+        terms[:, 9] = chunk_count * chunk_dec / rate / speedup
+        return terms
 
     @staticmethod
     def _fresh(outer: np.ndarray, starts: np.ndarray, stops: np.ndarray, pointed: np.ndarray) -> np.ndarray:
@@ -191,6 +320,10 @@ class SearchBounds:
             fresh[a:b] |= (apart.any(axis=3) | later).all(axis=2)
         return fresh
 
+
+#: The terms `SearchBounds.terms` bounds, in its columns: `model.predict_terms`' keys, the transfer as one
+TERMS = ("latency_s", "request_s", "connect_s", "index_s", "index_entry_s", "chunk_s", "request_bps", "aggregate_bps",
+         "transfer", "decode_bps")  # "transfer": at either rate (which one bounds it is not known)
 
 #: Selections of each pattern in `SearchBounds`' quick bound
 _QUICK = 16

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -331,35 +331,49 @@ def _count_selection(axes: Selection, several: bool, shape: Sequence[int], items
         return ReadCounts()
     # Objects with the same (extent inside the array, touched chunks) along every dimension fetch alike: per
     # dimension, count the objects of each footprint, and simulate one object per combination of footprints.
-    # Cached indexes break that symmetry, so reads of several selections (ML batches: small) go one by one,
-    # up to MAX_WINDOW_OBJECTS objects (a larger window is costed as a whole, its indexes taken as not cached).
+    # Cached indexes break that symmetry, so in reads of several selections (ML batches: small) each shard is
+    # followed, up to MAX_WINDOW_OBJECTS a selection (a larger one is costed as a whole, its indexes taken as
+    # not cached).
     touching = math.prod(sum(count for _, count, _, _ in d) for d in per_dim)
-    one_by_one = (several or bool(cache.seen)) and touching <= MAX_WINDOW_OBJECTS
-    keyed: list[Counter[tuple[int, int, range]]] = []
-    for d in per_dim:
-        keys: Counter[tuple[int, int, range]] = Counter()
-        for first, count, extent, chunks_in in d:
-            if one_by_one:
-                keys.update((i, extent, chunks_in) for i in range(first, first + count))
-            else:
-                keys[(-1, extent, chunks_in)] += count
-        keyed.append(keys)
-    entries = ((math.prod(m for _, m in combo), tuple(key[0] for key, _ in combo) if one_by_one else None,
-                tuple(key[1] for key, _ in combo), tuple(key[2] for key, _ in combo), None)
-               for combo in itertools.product(*(k.items() for k in keyed)))
-    return _tally(entries, layout, itemsize, chunk_enc, reader, cache, compressed, fetches,
-                  math.prod(a.size for a in axes))
+    one_by_one = (several or bool(cache.seen.size)) and touching <= MAX_WINDOW_OBJECTS and layout.shards is not None
+    entries: list[_Entry] = []
+    if not one_by_one:
+        for combo in itertools.product(*per_dim):
+            entries.append((math.prod(g[1] for g in combo), False, tuple(g[2] for g in combo),
+                            tuple(g[3] for g in combo), None))
+    else:
+        # Objects with the same footprint fetch alike, but for whether their index is cached: each touched
+        # shard's position in the grid of shards and its combination of footprints (numbered per dimension)
+        counts = [-(-int(n) // o) for n, o in zip(shape, layout.outer, strict=True)]
+        codes, combos = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        for d, groups in enumerate(per_dim):
+            along = np.concatenate([np.arange(first, first + count, dtype=np.int64) for first, count, _, _ in groups])
+            group = np.repeat(np.arange(len(groups), dtype=np.int64), [count for _, count, _, _ in groups])
+            codes = (codes[:, None] * counts[d] + along[None, :]).ravel()
+            combos = (combos[:, None] * 3 + group[None, :]).ravel()  # at most three groups a dimension
+        seen = np.isin(codes, cache.seen, assume_unique=True) if cache.seen.size else np.zeros(codes.size, bool)
+        tally = np.bincount(combos * 2 + seen, minlength=2 * 3 ** len(per_dim))
+        for label in np.flatnonzero(tally).tolist():
+            rest, was_seen = divmod(label, 2)
+            picked = []
+            for d in range(len(per_dim) - 1, -1, -1):
+                rest, g = divmod(rest, 3)
+                picked.append(per_dim[d][g])
+            picked.reverse()
+            entries.append((int(tally[label]), bool(was_seen), tuple(g[2] for g in picked),
+                            tuple(g[3] for g in picked), None))
+        cache.seen = np.union1d(cache.seen, codes)
+    return _tally(entries, layout, itemsize, chunk_enc, reader, compressed, fetches, math.prod(a.size for a in axes))
 
 
-#: Objects that fetch alike: (how many, the object's coordinates or None when not followed one by one, its
-#: extents inside the array, a hashable key of the chunks touched (per dimension ranges for a box), and for a
-#: pointwise read the touched chunks themselves)
-_Entry = tuple[int, tuple[int, ...] | None, tuple[int, ...], Any, "_Touched | None"]
+#: Objects that fetch alike: (how many, whether their shard indexes are cached, their extents inside the array,
+#: a hashable key of the chunks touched (per dimension ranges for a box), and for a pointwise read the touched
+#: chunks themselves)
+_Entry = tuple[int, bool, tuple[int, ...], Any, "_Touched | None"]
 
 
 def _tally(entries: Iterable[_Entry], layout: Layout, itemsize: int, chunk_enc: int, reader: Reader,
-           cache: IndexCache, compressed: bool, fetches: dict[tuple[Any, ...], tuple[int, ...]],
-           elements: int) -> ReadCounts:
+           compressed: bool, fetches: dict[tuple[Any, ...], tuple[int, ...]], elements: int) -> ReadCounts:
     """The counts of one read of the objects ``entries`` (each fetched as `_object_fetch` says, memoized in
     ``fetches``), ``elements`` in its result."""
     chunk_dec = itemsize * math.prod(layout.chunks)
@@ -369,12 +383,7 @@ def _tally(entries: Iterable[_Entry], layout: Layout, itemsize: int, chunk_enc: 
     objects = requests = index_requests = nbytes = chunks = indexes = 0
     rounds_per_object = 1
     largest = 1  # the largest single fetch, as the reader's in-flight budget counts it
-    read: list[tuple[int, ...]] = []
-    for count, obj, extents, touched_key, touched in entries:
-        seen = False
-        if obj is not None and sharded:
-            seen = obj in cache.seen
-            read.append(obj)
+    for count, seen, extents, touched_key, touched in entries:
         memo = (extents, touched_key, seen)
         fetch = fetches.get(memo)
         if fetch is None:
@@ -399,7 +408,6 @@ def _tally(entries: Iterable[_Entry], layout: Layout, itemsize: int, chunk_enc: 
         largest = max(largest, hold)
     decoded = chunks * chunk_dec
     per_index = per_object if sharded else 0
-    cache.seen.update(read)
     slots = max(1, min(reader.concurrency, reader.inflight_bytes // largest))
     waves = max(-(-objects // slots) * rounds_per_object, -(-requests // reader.concurrency))
     result = itemsize * elements
@@ -453,5 +461,5 @@ def _count_points(read: PointRead, shape: Sequence[int], itemsize: int, layout: 
                     (1,) + tuple(-1 if i == j else 1 for i in range(ndim_box)))
             pieces = len(local) * math.prod(len(g[3]) for g in combo)
             key = (local.tobytes(), tuple(g[3] for g in combo))
-            entries.append((count, None, tuple(all_extents), key, _Touched(pieces, tuple(where))))
-    return _tally(entries, layout, itemsize, chunk_enc, reader, cache, compressed, fetches, read.size)
+            entries.append((count, False, tuple(all_extents), key, _Touched(pieces, tuple(where))))
+    return _tally(entries, layout, itemsize, chunk_enc, reader, compressed, fetches, read.size)

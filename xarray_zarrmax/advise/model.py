@@ -313,9 +313,10 @@ class Prediction:
 
 @dataclass(slots=True)
 class IndexCache:
-    """The shard indexes a read has seen (our reader caches them per open); keyed by object coordinates."""
+    """The shard indexes a read has seen (our reader caches them per open): each shard's position in the C-order
+    grid of shards, sorted and distinct."""
 
-    seen: set[tuple[int, ...]] = field(default_factory=set)
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

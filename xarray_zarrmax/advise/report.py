@@ -136,7 +136,10 @@ class AdviceReport:
                          "fewer bytes, then less memory")
         if self.search is not None and self.search.complete:
             lines.append(f"search: {self.search.costed} layouts of the grid costed; every other one is proven "
-                         "slower than one of them")
+                         "slower than the fastest and not tied with it")
+        elif self.search is not None and self.search.fastest_proven:
+            lines.append(f"search: stopped after {self.search.costed} layouts of the grid (tuning.SEARCH_LAYOUTS) "
+                         "with the fastest proven; layouts that could tie with it were left uncosted")
         elif self.search is not None:
             lines.append(f"search: stopped after {self.search.costed} layouts of the grid (tuning.SEARCH_LAYOUTS); "
                          f"none left uncosted is predicted faster than {self.search.floor:.3g} s (the best: "
