@@ -68,8 +68,8 @@ def cases() -> list[dict[str, Any]]:
         mixes = [(p.name, {p.name: 1.0}) for p in data.patterns] + [(f"mix {m}", w) for m, w in data.mixes.items()]
         for name, weights in mixes:
             patterns, extra = api.patterns(data, weights)
-            out.append({"array": f"set {data.set} {data.name}", "case": name, "shape": data.shape, "dims": data.dims,
-                        "itemsize": itemsize, "patterns": patterns, "extra": extra})
+            out.append({"array": f"set {data.validation_set} {data.name}", "case": name, "shape": data.shape,
+                        "dims": data.dims, "itemsize": itemsize, "patterns": patterns, "extra": extra})
     return out
 
 

@@ -101,3 +101,19 @@ def test_a_tiny_dataset_written_read_counted_and_predicted(tmp_path: Path) -> No
             requests, nbytes = counted(store, spec, p, expected(values, data.dims, p), atol=0.0)
             assert predicted[(spec.key, p.name)]["requests"] == requests and nbytes > 0
         assert predicted[(spec.key, p.name)]["seconds"] > 0
+
+
+def test_the_search_time_table_lists_every_case_and_formats_its_rows() -> None:
+    """`asv_bench.tables.advise_search_time`: every built-in pattern on the 4-D array, every pattern and mix of
+    both sets; a row per case and costs in its table."""
+    from asv_bench.tables.advise_search_time import BUILT_IN, cases, markdown
+
+    found = cases()
+    assert [c["case"] for c in found if c["array"] == "4-D built-in"] == list(BUILT_IN)
+    names = {(c["array"], c["case"]) for c in found}
+    assert ("set 2 packed-4d", "mix training") in names and ("set 1 geosfp-like", "mix balanced") in names
+    row = {"array": "4-D built-in", "case": "map", "costs": "minio", "seconds": 0.25, "costed": 12,
+           "complete": True, "best": "1x5x181x360"}
+    text = markdown({"command": "c", "repeat": 3, "machine_before": {"load_average": [1.0]},
+                     "machine_after": {"load_average": [2.0]}, "rows": [row]})
+    assert "| 4-D built-in | map | minio | 0.25 | 12 | yes | 1x5x181x360 |" in text
