@@ -151,7 +151,7 @@ REFINE_STARTS = 4
 REFINE_STEPS = 64
 #: The most layouts of the grid the branch-and-bound search costs before it stops and reports how far it got
 #: (`advise.search.SearchOutcome`): a safety net, at about 2-3 ms a layout on this project's 2-core machine. The
-#: proven searches of both validation sets and of every built-in pattern on a 4-D array cost at most 3,200
+#: proven searches of both validation sets and of every built-in pattern on a 4-D array cost at most 3,300
 #: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
 SEARCH_LAYOUTS = 5000
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
