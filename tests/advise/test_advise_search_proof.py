@@ -170,3 +170,36 @@ def test_the_search_proves_a_4d_batch_on_a_remote_store() -> None:
     assert outcome is not None and outcome.complete
     assert outcome.costed < 600, outcome  # 254 here; main stopped at its budget of 3,000 unproven
     assert math.isfinite(ranked[0].score)
+
+
+def _bound_and_prediction(shape: tuple[int, ...], dims: tuple[str, ...], mix: dict, layout: Layout, costs: Costs,
+                          reader: Reader) -> tuple[np.ndarray, dict[str, float]]:
+    patterns = parse_patterns(mix)
+    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
+    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+    predicted = rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=[layout])[0]
+    return bounds.terms(*_rows([layout]))[0], dict(predicted.terms)
+
+
+def test_a_local_shard_streamed_at_its_first_touch_adds_no_untouched_bytes() -> None:
+    """Found by review: a window touching half a local shard's chunks reads it "whole" by the remote rule, but the
+    local reader streams touched chunks of 2 MiB and more after the index (`counting._object_fetch`); the bound
+    added the untouched chunks' bytes, twice the model's transfer."""
+    shape, dims = (8, 512, 1024), DIMS[:3]
+    window = {"time": 2, "lev": 512, "lat": 1024}
+    mix = {"batch": (1.0, Batch(window=window, positions=[{"time": 0}, {"time": 4}]))}
+    costs = Costs(latency_s=0.0, request_bps=1e9, aggregate_bps=1e9, decode_bps=1e12, local=True)
+    row, terms = _bound_and_prediction(shape, dims, mix, Layout((1, 512, 1024), (4, 512, 1024)), costs,
+                                       Reader(local=True))
+    assert _below(row, terms), (dict(zip(TERMS, row, strict=True)), terms)
+
+
+def test_the_transfer_goes_under_per_request_bandwidth_only_when_no_read_can_exceed_it() -> None:
+    """Found by review: the most requests a read can send was taken from the bound of its bytes, which leaves out
+    the untouched chunks of a shard read whole in split_size parts; the model's 14 parts reach aggregate_bps
+    while the bound put the transfer under request_bps (`could_tie` scales the two by different spreads)."""
+    row, terms = _bound_and_prediction((1, 31), DIMS[:2], {"points": (1.0, Points({"lev": [30]}))},
+                                       Layout((1, 8), (1, 16)), Costs(latency_s=0.0, request_bps=8e7,
+                                                                      aggregate_bps=1e9),
+                                       Reader(split_size=7, concurrency=16))
+    assert _below(row, terms), (dict(zip(TERMS, row, strict=True)), terms)

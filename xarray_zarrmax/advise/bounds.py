@@ -237,14 +237,15 @@ class SearchBounds:
         fresh[:, 0] = True
         indexes = np.where(sharded, objects.max(axis=1), 0.0)
         whole_extra = np.zeros(k)  # bytes of shards read whole beyond the chunks touched in them
+        index_bytes = 16 * per_object + (4 if self.reader.index_crc32c else 0)
         counted = np.zeros(0, dtype=np.int64)
         if pairwise and not pattern.points and windows:
             # shard by shard where selections touch few: every selection that waits for an index, every index
             # parsed once, each index request
-            index_bytes = 16 * per_object + (4 if self.reader.index_crc32c else 0)
             found = revisits(self.shape, chunks[sharded], outer[sharded], per_object[sharded].astype(np.float64),
                              starts, stops, self.reader.full_shard_fraction, chunk_enc[sharded], self.compressed,
-                             index_bytes[sharded], None if self.reader.local else self.reader.split_size)
+                             index_bytes[sharded], None if self.reader.local else self.reader.split_size,
+                             self.reader.local)
             counted = np.flatnonzero(sharded)[found.rows]
             # a selection that waits for an index, or reads a shard whole in parts, takes two round trips a wave
             round_trips[counted] += (waves[counted] * (found.waits | found.splits)).sum(axis=1)
@@ -261,16 +262,18 @@ class SearchBounds:
         round_trips = round_trips + np.where(uncounted, (ranged & fresh).sum(axis=1), 0)
         nbytes = (np.maximum(0.0, chunk_enc * fraction_sum - 0.5 * chunk_count) if self.compressed
                   else chunk_enc * chunk_count) + whole_extra
-        nbytes = nbytes + indexes * (16 * per_object + (4 if self.reader.index_crc32c else 0))  # each index read
+        nbytes = nbytes + indexes * index_bytes  # each index read
         costs = self.costs
-        # the bytes stream at most at request_bps per request in flight (and aggregate_bps in all), and a read
-        # sends at most one request per object (an index), one per chunk and one per split_size part: an upper
-        # bound of the requests that grows with the bytes, so the time it gives still grows with them
-        any_sharding = sharded & (per_object <= 1)
-        most_requests = (np.where(any_sharding, chunk_count, requests) + chunk_count
-                         + nbytes / max(1, self.reader.split_size))
-        if not pairwise:  # some selections left out: the most requests of all of them is not known
+        # the bytes stream at most at request_bps per request in flight (and aggregate_bps in all); the most
+        # requests a read can send: per object touched, its split_size parts read whole (an unsharded chunk,
+        # or a whole shard and its index), or its index and a range per chunk touched
+        split = 1 if self.reader.local else max(1, self.reader.split_size)
+        touches = objects.sum(axis=1)
+        parts = np.ceil(np.where(sharded, per_object * chunk_enc + index_bytes, chunk_enc) / split)
+        most_requests = np.where(sharded, touches * (1 + parts) + chunk_count, touches * parts)
+        if not pairwise:  # some selections left out, or every sharding at once: not known
             most_requests = np.full(k, np.inf)
+        most_requests[sharded & (per_object <= 1)] = np.inf
         streams = costs.request_bps * np.minimum(max(1, self.reader.concurrency), np.maximum(most_requests, 1.0))
         bandwidth = np.minimum(streams, costs.aggregate_bps)
         rate = _decode_rates(costs, chunk_dec)

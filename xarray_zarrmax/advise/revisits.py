@@ -35,7 +35,7 @@ MAX_ENUMERATED = 64
 
 def revisits(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
              starts: np.ndarray, stops: np.ndarray, full_shard_fraction: float, chunk_enc: np.ndarray,
-             compressed: bool, index_bytes: np.ndarray, split_size: int | None) -> Revisits:
+             compressed: bool, index_bytes: np.ndarray, split_size: int | None, local: bool = False) -> Revisits:
     """`Revisits` of the sharded layouts ``chunks`` in ``outer`` (``(k, ndim)``; ``per_object`` their chunks per
     shard) for the box selections ``starts``/``stops`` (``(windows, ndim)``) read in order, as one open reads them.
 
@@ -70,6 +70,8 @@ def revisits(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_objec
         waits[at], first[at], ranged_first[at], whole_extra[at], parts[at], splits[at] = _block(
             shape, chunks[rows], outer[rows], per_object[rows], lo[rows], hi[rows], starts, stops, span[rows],
             int(boxes[at].max()), full_shard_fraction, chunk_enc[rows], compressed, index_bytes[rows], split_size)
+    if local:
+        whole_extra[:] = 0.0
     return Revisits(countable, waits, first, ranged_first, whole_extra, parts, splits)
 
 
