@@ -29,25 +29,24 @@ class _Pattern:
 
 
 class SearchBounds:
-    """Lower bounds on a mix's predicted time (the low end of its range: `Costs.spread` at the fast end) under
-    many layouts at once, in numpy over layouts and windows: what lets the search cost only the layouts that
-    could win (`search.branch_and_bound`).
+    """Lower bounds of a mix's predicted time, term by term (`terms`; `seconds`: their sum at the fast end of each
+    cost's spread), under many layouts at once, in numpy over layouts and windows: what lets the search cost
+    only the layouts that could be the fastest or tie with it (`search.branch_and_bound`).
 
     Per pattern, each count that `predict_terms` charges is bounded from below, and every term grows with its
-    count (the transfer is charged at the largest bandwidth any number of requests gets, the decode at the
-    largest thread speedup), so the bound never exceeds the prediction:
+    count, so no term of the bound exceeds the prediction's (`tests/advise/test_advise_search_proof.py`):
 
-    - chunks decoded: exact for boxes (the product over dimensions of the chunks each range touches, summed over
-      windows; `count_read` decodes each touched chunk once per window), one per pointwise read;
-    - bytes: the stored bytes of those chunks (edge chunks at their fraction inside the array when compressed),
-      less half a byte each for rounding, and of each shard index read; ranges and whole-shard reads only add;
-    - requests: one per object a window touches; round trips: per window, the objects over the concurrency
-      (rounded up, at least one), and one more for a selection touching only objects no earlier one touched
-      and, in its first object, fewer chunks than ``full_shard_fraction`` of it (that shard is not read whole:
-      its index, not cached, comes first, and the read waits for its slowest object); shard
-      indexes: the most objects one window touches (none cached before it);
-    - bandwidth: ``request_bps`` times the most requests the read can send (one per object, chunk and
-      ``split_size`` of bytes), within ``concurrency`` and ``aggregate_bps``.
+    - chunks decoded and their stored bytes (edge chunks at their fraction inside the array when compressed,
+      less half a byte each for rounding): exact for boxes, and for points (the distinct chunks holding them);
+      the decode on one thread for a local read under `JOB_BYTES`, as the model charges it;
+    - requests: one per object touched, plus the `split_size` parts of whole objects on an object store;
+    - round trips per window: its objects over the slots the reader's in-flight bytes leave, twice when it
+      reads a whole object in parts, and once more when it first touches a shard it reads by ranges (its index
+      comes first): for layouts whose windows touch at most 64 shards each, shard by shard (`revisits`), which
+      also counts each index once, each index request and the untouched bytes of shards read whole; else by
+      the window's first shard, for windows whose shards no earlier one touched;
+    - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
+      ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 
     ``outer`` may be the array's whole shape (``sharded`` true, ``per_object`` one): a bound for every sharding
     of the chunk shape at once.
