@@ -386,6 +386,35 @@ def test_morton_order_is_zarrs_write_order(shape: tuple[int, ...]) -> None:
     np.testing.assert_array_equal(morton_order(shape), want)
 
 
+@pytest.mark.parametrize(("grid", "extents", "chunks"), [
+    ((4, 4), (16, 16), (4, 4)),  # every chunk whole
+    ((3, 7), (10, 25), (4, 4)),  # the last chunk of each dimension partly outside
+    ((5, 2, 3), (17, 8, 7), (4, 5, 3)),  # partly outside along every dimension; chunks past the extent unstored
+    ((2, 3, 5, 4), (4, 5, 9, 13), (2, 2, 2, 4)),
+    ((7, 1, 33), (25, 1, 70), (4, 1, 2)),
+])
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_shards_stored_layout_follows_zarrs_write_order(grid: tuple[int, ...], extents: tuple[int, ...],
+                                                         chunks: tuple[int, ...], compressed: bool) -> None:
+    """Each stored chunk's rank is its place in zarr's Morton order among the chunks inside the array, and the
+    sizes follow that order (an edge chunk compressed: its fraction inside the array of the whole size)."""
+    from zarr.core.indexing import morton_order_coords
+
+    from xarray_zarrmax.advise.counting import _stored_layout
+
+    enc = 1000
+    rank, sizes = _stored_layout(grid, extents, chunks, enc, compressed)
+    want_rank = np.full(grid, -1, dtype=np.int64)
+    want_sizes = []
+    for coord in morton_order_coords(grid):
+        inside = [min(c, max(0, e - int(i) * c)) / c for i, e, c in zip(coord, extents, chunks, strict=True)]
+        if math.prod(inside) > 0:
+            want_rank[tuple(int(i) for i in coord)] = len(want_sizes)
+            want_sizes.append(max(1, round(math.prod(inside) * enc)) if compressed else enc)
+    np.testing.assert_array_equal(rank, want_rank)
+    np.testing.assert_array_equal(sizes, want_sizes)
+
+
 def test_decode_rate_follows_the_probed_curve() -> None:
     curve = ((4096, 400e6), (65536, 1200e6), (4 << 20, 1500e6))
     assert decode_rate(curve, 4096, 1.0) == pytest.approx(400e6)

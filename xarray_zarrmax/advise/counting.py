@@ -45,15 +45,20 @@ class _ArrayCache:
 _CACHE = _ArrayCache(MODEL_CACHE_BYTES)
 
 
-def _write_order(grid: tuple[int, ...]) -> np.ndarray:
-    """The flat (C-order) indices of a shard's chunks in the order of its bytes: the Morton order zarr-python
-    writes them in (`morton_order`)."""
-    return _CACHE.get(("order", grid), lambda: _morton_permutation(grid))  # type: ignore[no-any-return]
-
-
 def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
-    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`). The code of a cell
-    is the OR of its coordinates' parts, each built on one dimension's coordinates alone and broadcast."""
+    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`): the inverse of
+    `_morton_codes`' ranks."""
+    codes = _morton_codes(shape)
+    order = np.empty(codes.size, dtype=np.int64)
+    order[_code_ranks(codes, None)] = np.arange(codes.size, dtype=np.int64)
+    return order
+
+
+def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
+    """Each cell's Morton code, flat in C order: its coordinates' bits interleaved, lowest first and dimension
+    0 first at each bit, a dimension dropping out once its bits (those of its largest coordinate) are used up.
+    The code of a cell is the OR of its coordinates' parts, each built on one dimension's coordinates alone and
+    broadcast."""
     bits = [(int(n) - 1).bit_length() for n in shape]
     parts = [np.zeros(int(n), dtype=np.int64) for n in shape]
     out_bit = 0
@@ -65,7 +70,18 @@ def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
     code = np.zeros(shape, dtype=np.int64)
     for d, part in enumerate(parts):
         code |= part.reshape([-1 if i == d else 1 for i in range(len(shape))])
-    return np.argsort(code.reshape(-1), kind="stable")
+    return code.reshape(-1)
+
+
+def _code_ranks(codes: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
+    """Each code's rank among the (distinct) ``codes`` where ``kept`` (all when None), -1 where not kept: a
+    running count over the codes' space (at most 2^ndim times the cells: each dimension rounds up to a power
+    of two), which a sort of the codes would cost n log n for."""
+    present = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.int64)
+    present[codes if kept is None else codes[kept]] = 1
+    below = np.cumsum(present) - 1
+    ranks = below[codes]
+    return ranks if kept is None else np.where(kept, ranks, -1)
 
 
 def morton_order(shape: tuple[int, ...]) -> np.ndarray:
@@ -125,19 +141,17 @@ def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tupl
 
 def _lay_out(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
              compressed: bool) -> tuple[np.ndarray, np.ndarray]:
-    order = _write_order(grid)
+    codes = _CACHE.get(("codes", grid), lambda: _morton_codes(grid))
     fraction = _inside(grid, extents, chunks)
-    rank = np.full(order.size, -1, dtype=np.int64)
     if fraction is None:  # every chunk stored whole
-        rank[order] = np.arange(order.size)
-        return rank.reshape(grid), np.full(order.size, chunk_enc, dtype=np.int64)
-    in_order = fraction.reshape(-1)[order]
-    stored = in_order > 0
-    rank[order[stored]] = np.arange(int(stored.sum()))
-    if compressed:
-        sizes = np.maximum(1, np.round(in_order[stored] * chunk_enc)).astype(np.int64)
-    else:
-        sizes = np.full(int(stored.sum()), chunk_enc, dtype=np.int64)
+        rank = _CACHE.get(("ranks", grid), lambda: _code_ranks(codes, None))
+        return rank.reshape(grid), np.full(codes.size, chunk_enc, dtype=np.int64)
+    flat = fraction.reshape(-1)
+    stored = flat > 0
+    rank = _code_ranks(codes, stored)
+    sizes = np.empty(int(stored.sum()), dtype=np.int64)
+    sizes[rank[stored]] = (np.maximum(1, np.round(flat[stored] * chunk_enc)).astype(np.int64) if compressed
+                           else chunk_enc)
     return rank.reshape(grid), sizes
 
 
@@ -230,11 +244,13 @@ class _Touched:
     where: tuple[Any, ...]
 
 
-def _touched_ranks(rank: np.ndarray, touched: Sequence[Sequence[int]] | _Touched) -> np.ndarray:
-    return rank[touched.where if isinstance(touched, _Touched) else np.ix_(*touched)].ravel()
+def _touched_ranks(rank: np.ndarray, touched: Sequence[range] | _Touched) -> np.ndarray:
+    if isinstance(touched, _Touched):
+        return rank[touched.where].ravel()
+    return rank[tuple(slice(t.start, t.stop) for t in touched)].ravel()  # a box's ranges: a view, no fancy index
 
 
-def _object_fetch(layout: Layout, extents: tuple[int, ...], touched: Sequence[Sequence[int]] | _Touched,
+def _object_fetch(layout: Layout, extents: tuple[int, ...], touched: Sequence[range] | _Touched,
                   chunk_enc: int, chunk_dec: int, reader: Reader, cached: bool,
                   compressed: bool) -> tuple[int, int, int, int]:
     """(requests, index requests, bytes, round trips) for one object (``extents`` of it inside the array along
@@ -341,6 +357,16 @@ def _count_selection(axes: Selection, several: bool, shape: Sequence[int], items
         for combo in itertools.product(*per_dim):
             entries.append((math.prod(g[1] for g in combo), False, tuple(g[2] for g in combo),
                             tuple(g[3] for g in combo), None))
+    elif touching == 1:  # one shard (a batch window in large shards, most often): no arrays of shards
+        counts = [-(-int(n) // o) for n, o in zip(shape, layout.outer, strict=True)]
+        code = 0
+        for d, groups in enumerate(per_dim):
+            code = code * counts[d] + groups[0][0]
+        at = int(np.searchsorted(cache.seen, code))
+        cached = at < cache.seen.size and int(cache.seen[at]) == code
+        entries.append((1, cached, tuple(g[0][2] for g in per_dim), tuple(g[0][3] for g in per_dim), None))
+        if not cached:
+            cache.seen = np.insert(cache.seen, at, code)
     else:
         # Objects with the same footprint fetch alike, but for whether their index is cached: each touched
         # shard's position in the grid of shards and its combination of footprints (numbered per dimension)
