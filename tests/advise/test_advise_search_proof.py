@@ -145,6 +145,53 @@ def test_the_search_costs_the_fastest_and_every_layout_tied_with_it(seed: int) -
     assert len(found) < len(every) or len(every) < 50  # and it pruned
 
 
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("wide", [False, True], ids=["case's spread", "wide spread"])
+def test_every_layout_left_uncosted_is_ruled_out_by_its_bound(seed: int, wide: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's contract, layout by layout over the whole grid (not only the fastest and its ties): one left
+    uncosted has a bound (its own, `SearchBounds.terms`) that sums to more than the ``starts``-th fastest score
+    of the first phase, and that proves it slower than the fastest's slow end or unable to tie with it. A wide
+    spread (a noisy probe) leaves many layouts that only the second phase (what could tie) costs."""
+    import dataclasses
+
+    from xarray_zarrmax.advise import advisor
+    from xarray_zarrmax.advise.search import branch_and_bound, high
+
+    shape, dims, mix, costs, reader = _case((400 if wide else 300) + seed)
+    if wide:
+        costs = dataclasses.replace(costs, spread=(
+            ("latency_s", costs.latency_s * 0.3, costs.latency_s * 3), ("request_bps", 2e7, 3e8),
+            ("decode_bps", costs.decode_bps * 0.3, costs.decode_bps * 3)))
+    costed: set[Layout] = set()
+    first_phase: list[float] = []
+
+    def watched(shape_, grid, bounds, cost, progress, total, budget=None, polish=None, starts=1):  # type: ignore[no-untyped-def]
+        def cost_seen(layout: Layout):  # type: ignore[no-untyped-def]
+            costed.add(layout)
+            return cost(layout)
+
+        def polish_seen(ranked):  # type: ignore[no-untyped-def]
+            first_phase.append(max(c.score for c in ranked) if len(ranked) >= starts else math.inf)
+            return polish(ranked)
+
+        return branch_and_bound(shape_, grid, bounds, cost_seen, progress, total, budget, polish_seen, starts)
+
+    monkeypatch.setattr(advisor, "branch_and_bound", watched)
+    found, outcome = advisor.search(shape, dims, 4, mix, costs=costs, reader=reader)
+    assert outcome is not None and outcome.complete and first_phase
+    fastest = min(found, key=lambda c: c.score)
+    patterns = parse_patterns(mix)
+    bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
+                          {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, reader)
+    left = [lay for lay in candidate_layouts(shape, 4) if lay not in costed]
+    assert left  # something was pruned
+    rows = bounds.terms(*_rows(left))
+    assert (rows.sum(axis=1) > first_phase[0]).all()
+    ruled_out = (rows @ bounds.key_factors > high(fastest)) | ~could_tie(rows, fastest.terms, costs)
+    assert ruled_out.all(), [str(lay) for lay, r in zip(left, ruled_out, strict=True) if not r][:5]
+
+
 def test_the_search_proves_a_4d_batch_on_a_remote_store() -> None:
     """Was (cause 3): a 4-D random batch on a remote store could not be proven: its bounds ignored the index
     round trip of each window that reads a new shard by ranges, so 45,000-165,000 layouts of the grid stayed

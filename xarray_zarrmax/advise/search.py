@@ -83,22 +83,21 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     """Cost the grid's layouts (``grid``: its chunk shapes; `candidates.shard_options` of each) that could be
     the fastest or tie with it, best first by their lower bound (`SearchBounds`).
 
-    A queue holds, keyed by a lower bound of its time (`SearchBounds.seconds`): each chunk shape unsharded (its
-    own bound) and sharded (a bound for every sharding at once: one object per window, one index), and the
-    sharded layouts of the chunk shapes taken from it (first a quick bound, then each its own). Every bound is
-    one per term (`SearchBounds.terms`), each term no more than the layout's.
+    Every layout is bounded term by term (`SearchBounds.terms`, each term no more than the layout's): each chunk
+    shape unsharded (its own bound) and sharded (a bound for every sharding at once: one object per window, one
+    index), and the sharded layouts of a chunk shape, listed together (first a quick bound, then each its own).
 
-    1. The least is taken while its key is at most the ``starts``-th least score costed: a layout whose terms
-       sum to at most that score is costed; one whose terms sum to more cannot be among the ``starts``
-       fastest, and waits.
-    2. The ``starts`` fastest of the grid are then known; ``polish``, given them, returns the fastest after a
-       search near them, off the grid. What waits and what is left in the queue, up to the slow end of the
-       fastest's range, is costed only if its bounds could tie with it (`could_tie`).
+    1. A queue keyed by the sum of those terms (a bound of the predicted time) is taken from, least first, while
+       its key is at most the ``starts``-th least score costed: so every layout that could be among the
+       ``starts`` fastest is costed.
+    2. ``polish``, given those ``starts``, returns the fastest after a search near them, off the grid. Of what
+       is left (in the queue, and after each block's queued layout), a layout is costed only if its bounds
+       could tie with the fastest (`could_tie`) within the slow end of its range; in no order: the fastest is
+       known.
 
-    So what is never costed is slower than the fastest and cannot be tied with it: the grid's best, and every
-    layout tied with the fastest, are costed (`tests/advise/test_advise_geometry.py` checks this against the
-    whole grid). It stops after costing ``budget`` layouts that meet the constraints (None: never), saying how
-    far it got (`SearchOutcome`).
+    So what is never costed is slower than the fastest and cannot be tied with it
+    (`tests/advise/test_advise_search_proof.py` checks it against the whole grid). It stops after costing
+    ``budget`` layouts that meet the constraints (None: never), saying how far it got (`SearchOutcome`).
     """
     k = len(grid)
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
@@ -109,110 +108,126 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     # bound (quick, or refined), only the next of each block in the queue
     queue: list[tuple[float, int, int, int]] = []
     ticket = itertools.count()  # unique: the rest is never compared
-    plain_key, any_key = plain @ bounds.key_factors, any_shard @ bounds.key_factors
-    for c in range(k):
-        queue.append((float(plain_key[c]), next(ticket), -1, c))
-        queue.append((float(any_key[c]), next(ticket), -2, c))
+    for c, (p, a) in enumerate(zip(plain.sum(axis=1).tolist(), any_shard.sum(axis=1).tolist(), strict=True)):
+        queue.append((p, next(ticket), -1, c))
+        queue.append((a, next(ticket), -2, c))
     heapq.heapify(queue)
     blocks: list[_Block] = []
 
-    def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, refined: bool) -> None:
-        key = rows @ bounds.key_factors
+    def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, refined: bool) -> int:
+        key = rows.sum(axis=1)
         order = np.argsort(key, kind="stable")
         blocks.append(_Block(key[order], rows[order], owner[order], ks[order], refined))
-        if len(order):
-            heapq.heappush(queue, (float(blocks[-1].key[0]), next(ticket), len(blocks) - 1, 0))
+        return len(blocks) - 1
+
+    def queue_from(block: int, index: int) -> None:
+        if index < len(blocks[block].key):
+            heapq.heappush(queue, (float(blocks[block].key[index]), next(ticket), block, index))
 
     def listed(owner: np.ndarray, ks: np.ndarray, pairwise: bool) -> np.ndarray:
         inner = grid[owner]
         return bounds.terms(inner, ks * inner, np.ones(len(ks), dtype=bool),
                             np.prod(ks.astype(np.float64), axis=1), pairwise=pairwise)
 
-    def terms_of(what: int, index: int) -> np.ndarray:
-        return plain[index] if what == -1 else any_shard[index] if what == -2 else blocks[what].rows[index]
+    def shardings(shapes: list[int]) -> int:
+        """A block of the shardings of ``shapes`` (chunk shapes), with their quick bounds (one numpy call)."""
+        multiples = [shard_multiples(grid[c], shape)[1:] for c in shapes]  # the unsharded ones are queued
+        owner = np.repeat(np.asarray(shapes, dtype=np.int64), [len(m) for m in multiples])
+        ks = np.concatenate(multiples)
+        return add_block(listed(owner, ks, False), owner, ks, False)
 
-    fastest: Any = None  # phase 1: the starts-th fastest costed; phase 2: the fastest
-    best: list[tuple[float, int, Any]] = []  # phase 1: the starts fastest costed, as a heap of (-score, ticket, c)
-    waiting: list[tuple[float, int, int, int]] = []  # costable entries that cannot be the fastest
-    waited: set[int] = set()  # their tickets
-    tie_masks: dict[int, np.ndarray] = {}  # per block, in phase 2: which of its layouts could tie
+    def refined(block: int, picked: np.ndarray) -> int:
+        """A block of the layouts ``picked`` of an unrefined ``block``, with their own bounds."""
+        owner, ks = blocks[block].owner[picked], blocks[block].ks[picked]
+        return add_block(listed(owner, ks, True), owner, ks, True)
+
+    def sharded(block: int, index: int) -> Layout:
+        return _sharded(tuple(int(c) for c in grid[blocks[block].owner[index]]),
+                        tuple(blocks[block].ks[index].tolist()))
+
+    best: list[tuple[float, int, Any]] = []  # the starts fastest costed, as a heap of (-score, ticket, c)
     done = costed = 0
 
-    def could(what: int, index: int) -> bool:
-        """In phase 2: whether the entry's bound could tie with the fastest."""
-        if what >= 0:
-            if what not in tie_masks:
-                tie_masks[what] = could_tie(blocks[what].rows, fastest.terms, bounds.costs)
-            return bool(tie_masks[what][index])
-        return bool(could_tie(terms_of(what, index)[None], fastest.terms, bounds.costs)[0])
+    def limit() -> float:  # the starts-th fastest score costed: what could be among them is costed
+        return best[0][2].score if len(best) == starts else math.inf
 
-    def limit() -> float:
-        return math.inf if fastest is None else (fastest.score if not tying else high(fastest))
+    def listing(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None and done % 64 < count:
+            progress(min(done, k), total, f"costing a grid of {k} chunk shapes")
 
-    tying = False
-    while True:
-        if not queue or queue[0][0] > limit():
-            if tying or not best:
-                break
-            tying = True  # phase 2: the fastest of the grid is known, and of the layouts near it (``polish``)
-            ranked = [c for _, _, c in sorted(best, key=lambda e: (-e[0], e[1]))]
-            fastest = polish(ranked) if polish is not None else ranked[0]
-            for entry in waiting:  # their blocks moved on when they were first taken
-                waited.add(entry[1])
-                heapq.heappush(queue, entry)
-            continue
+    # 1. best first, up to the starts-th fastest
+    while queue and queue[0][0] <= limit():
         if budget is not None and costed >= budget:
-            return SearchOutcome(costed, False, queue[0][0], tying)
-        entry = heapq.heappop(queue)
-        _, turn, what, index = entry
-        if what >= 0 and index + 1 < len(blocks[what].key) and turn not in waited:
-            # the block's next layout takes its place; an unrefined block's, once this one is refined, the
-            # first it left unrefined (below)
-            block = blocks[what]
-            nxt = index + 1 if block.refined or (tying and not could(what, index)) else min(index + 256,
-                                                                                              len(block.key))
-            if nxt < len(block.key):
-                heapq.heappush(queue, (float(block.key[nxt]), next(ticket), what, nxt))
-        if tying and not could(what, index):
-            continue
+            return SearchOutcome(costed, False, queue[0][0], False)
+        _, _, what, index = heapq.heappop(queue)
         if what == -2:
-            # list the shardings of this chunk shape and of those next in the queue together (one numpy call)
-            shapes = [index]
-            while (queue and queue[0][2] == -2 and queue[0][0] <= limit() and len(shapes) < 64
-                   and (not tying or could(-2, queue[0][3]))):
+            shapes = [index]  # and the chunk shapes next in the queue, listed together
+            while queue and queue[0][2] == -2 and queue[0][0] <= limit() and len(shapes) < 64:
                 shapes.append(heapq.heappop(queue)[3])
-            multiples = [shard_multiples(grid[c], shape)[1:] for c in shapes]  # the unsharded ones are queued
-            owner = np.repeat(np.asarray(shapes), [len(m) for m in multiples])
-            ks = np.concatenate(multiples)
-            add_block(listed(owner, ks, False), owner, ks, False)
-            done += len(shapes)
-            if progress is not None and done % 64 < len(shapes):
-                progress(min(done, k), total, f"costing a grid of {k} chunk shapes")
+            queue_from(shardings(shapes), 0)
+            listing(len(shapes))
             continue
         if what >= 0 and not blocks[what].refined:
             # listed with the quick bound: now the whole one (selections apart from the earlier ones wait for
-            # their own indexes), for this layout and the next 255 of its block
+            # their own indexes), for up to 256 of its block within the limit (those past it may never be
+            # needed), the rest queued from the first left
             block = blocks[what]
-            step = min(index + 256, len(block.key))
-            add_block(listed(block.owner[index:step], block.ks[index:step], True), block.owner[index:step],
-                      block.ks[index:step], True)
+            below = max(index + 1, int(np.searchsorted(block.key, limit(), side="right")))
+            step = min(index + 256, len(block.key), below)
+            queue_from(what, step)
+            queue_from(refined(what, np.arange(index, step)), 0)
             continue
-        if not tying and float(terms_of(what, index).sum()) > (math.inf if fastest is None else fastest.score):
-            waiting.append(entry)  # cannot be the fastest: it may tie with it (phase 2)
-            continue
-        layout = (Layout(tuple(int(c) for c in grid[index])) if what == -1 else
-                  _sharded(tuple(int(c) for c in grid[blocks[what].owner[index]]),
-                           tuple(blocks[what].ks[index].tolist())))
+        if what >= 0:
+            queue_from(what, index + 1)
+        layout = Layout(tuple(int(c) for c in grid[index])) if what == -1 else sharded(what, index)
         candidate = cost(layout)
         if candidate is None:  # out of the constraints: costs nothing, counts nothing
             continue
         costed += 1
-        if not tying:
-            heapq.heappush(best, (-candidate.score, next(ticket), candidate))
-            if len(best) > starts:
-                heapq.heappop(best)
-            if len(best) == starts:
-                fastest = best[0][2]  # the starts-th fastest: what could be among them is costed
+        heapq.heappush(best, (-candidate.score, next(ticket), candidate))
+        if len(best) > starts:
+            heapq.heappop(best)
+    if not best:
+        if progress is not None:
+            progress(k, total, f"costing a grid of {k} chunk shapes")
+        return SearchOutcome(costed, True)
+
+    # 2. what could tie with the fastest, of all that is left
+    ranked = [c for _, _, c in sorted(best, key=lambda e: (-e[0], e[1]))]
+    fastest = polish(ranked) if polish is not None else ranked[0]
+    slowest = high(fastest)
+
+    def tied(rows: np.ndarray) -> np.ndarray:
+        return (rows @ bounds.key_factors <= slowest) & could_tie(rows, fastest.terms, bounds.costs)
+
+    left = [(what, index) for _, _, what, index in queue]
+    plain_left = np.asarray([i for w, i in left if w == -1], dtype=np.int64)
+    todo: list[tuple[Any, ...]] = [("plain", int(c)) for c in plain_left[tied(plain[plain_left])]]
+    shapes_left = np.asarray([i for w, i in left if w == -2], dtype=np.int64)
+    shapes_left = shapes_left[tied(any_shard[shapes_left])]
+    todo += [("shapes", shapes_left[i:i + 64].tolist()) for i in range(0, len(shapes_left), 64)]
+    todo += [("block", w, i) for w, i in left if w >= 0]
+    while todo:
+        item = todo.pop()
+        if item[0] == "shapes":
+            listing(len(item[1]))
+            todo.append(("block", shardings(item[1]), 0))
+            continue
+        if item[0] == "block":
+            _, what, start = item
+            picked = start + np.flatnonzero(tied(blocks[what].rows[start:]))
+            if not blocks[what].refined:
+                todo += [("block", refined(what, picked[i:i + 256]), 0) for i in range(0, len(picked), 256)]
+                continue
+            todo += [("layout", what, int(i)) for i in picked]
+            continue
+        if budget is not None and costed >= budget:
+            return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
+        layout = Layout(tuple(int(c) for c in grid[item[1]])) if item[0] == "plain" else sharded(item[1], item[2])
+        if cost(layout) is not None:
+            costed += 1
     if progress is not None:
         progress(k, total, f"costing a grid of {k} chunk shapes")
     return SearchOutcome(costed, True)
