@@ -276,6 +276,26 @@ def test_the_tie_rule_is_requests_then_bytes_then_memory() -> None:
     assert [c.tied for c in out] == [True, True, True, True, False]
 
 
+def test_layouts_equal_in_every_rule_are_ordered_by_shape_not_by_when_they_were_costed() -> None:
+    """Two layouts with the same terms, requests, bytes and memory (the search costs them in an order that
+    depends on its queue): the larger chunk shape first, whichever came first."""
+    from xarray_zarrmax.advise.advisor import _tie_break
+    from xarray_zarrmax.advise.model import Prediction
+    from xarray_zarrmax.advise.report import Candidate
+
+    counts = ReadCounts(requests=2, bytes=10, peak_bytes=10, round_trips=1)
+
+    def candidate(chunks: tuple[int, ...]) -> Any:
+        terms = {"latency_s": 0.01}
+        return Candidate(Layout(chunks), ("v",), {"p": Prediction(counts, 0.01, terms=terms)}, 0.01, 0, 1, 0,
+                         terms=terms)
+
+    a, b = candidate((40, 64, 36)), candidate((40, 32, 72))
+    for ranked in ([a, b], [b, a]):
+        out = _tie_break(ranked, Costs(), {"p": 1.0})
+        assert [c.layout.chunks for c in out] == [(40, 64, 36), (40, 32, 72)]
+
+
 def test_the_probe_sample_is_packed_as_xarray_writes_it():
     """The decoder probe's sample is packed by our own code (xarray's CF encoder is not public API): the same
     int16 values xarray's writer stores, NaN as the fill value."""
