@@ -278,7 +278,7 @@ def test_the_tie_rule_is_requests_then_bytes_then_memory() -> None:
 
 def test_layouts_equal_in_every_rule_are_ordered_by_shape_not_by_when_they_were_costed() -> None:
     """Two layouts with the same terms, requests, bytes and memory (the search costs them in an order that
-    depends on its queue): the larger chunk shape first, whichever came first."""
+    depends on its queue): the chunks longer along the last dimension first, whichever came first."""
     from xarray_zarrmax.advise.advisor import _tie_break
     from xarray_zarrmax.advise.model import Prediction
     from xarray_zarrmax.advise.report import Candidate
@@ -293,7 +293,7 @@ def test_layouts_equal_in_every_rule_are_ordered_by_shape_not_by_when_they_were_
     a, b = candidate((40, 64, 36)), candidate((40, 32, 72))
     for ranked in ([a, b], [b, a]):
         out = _tie_break(ranked, Costs(), {"p": 1.0})
-        assert [c.layout.chunks for c in out] == [(40, 64, 36), (40, 32, 72)]
+        assert [c.layout.chunks for c in out] == [(40, 32, 72), (40, 64, 36)]
 
 
 def test_the_probe_sample_is_packed_as_xarray_writes_it():

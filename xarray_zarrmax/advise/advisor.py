@@ -225,8 +225,9 @@ def _scored(candidate: Candidate, patterns: Mapping[str, PatternSpec], costs: Co
 def _tie_break(ranked: list[Candidate], costs: Costs, weights: Mapping[str, float]) -> list[Candidate]:
     """``ranked`` (by score) with the layouts tied with the first put first, marked ``tied`` and ordered by
     the tie rule: fewer requests, then fewer bytes fetched, then less memory (weighted over the mix; peak
-    memory of the read, then of a dask task), then the score, then the chunk shape (larger first, then the
-    shard shape: the same pick whatever order the search costed them in). Tied: for some costs within the
+    memory of the read, then of a dask task), then the score, then the chunks longer along the last
+    dimension, then the one before, and so on (then the shards likewise: the same pick whatever order the
+    search costed them in). Tied: for some costs within the
     probe's spread the layout is as fast as the first (`model.could_beat`); with no spread, only an equal score
     ties."""
     if not ranked:
@@ -244,8 +245,9 @@ def _tie_break(ranked: list[Candidate], costs: Costs, weights: Mapping[str, floa
         requests = sum(w * c.predictions[n].counts.requests for n, w in weights.items())
         nbytes = sum(w * c.predictions[n].counts.bytes for n, w in weights.items())
         peak = max((p.counts.peak_bytes for p in c.predictions.values()), default=0)
-        return (requests, nbytes, peak, c.task_memory, c.score, tuple(-n for n in c.layout.chunks),
-                tuple(-n for n in c.layout.outer))
+        # last: the longer runs along the last dimensions (longer contiguous copies into a C-order result)
+        return (requests, nbytes, peak, c.task_memory, c.score, tuple(-n for n in reversed(c.layout.chunks)),
+                tuple(-n for n in reversed(c.layout.outer)))
 
     return [replace(c, tied=True) for c in sorted(tied, key=rule)] + rest
 
