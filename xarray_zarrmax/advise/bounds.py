@@ -166,9 +166,12 @@ class SearchBounds:
     def _along(self, d: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunks of length ``c`` that [s, e) touches along dimension ``d``, and their fraction inside the array
         summed (the array's last chunk holds n - (n // c) * c elements when c does not divide n)."""
+        return self._touched(d, c, s // c, (e - 1) // c)
+
+    def _touched(self, d: int, c: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_along` of the chunks ``first`` to ``last`` along dimension ``d``."""
         n = int(self.shape[d])
-        last = (e - 1) // c
-        t = last - s // c + 1
+        t = last - first + 1
         edge = ((n - 1) // c == last) & (n % c != 0)
         return t, t - np.where(edge, 1.0 - (n % c) / c, 0.0)
 
@@ -183,18 +186,27 @@ class SearchBounds:
         fraction = np.ones((k, windows))
         objects = np.ones((k, windows))
         corner = np.ones((k, windows))
+        any_pointed = bool(pointed.any())
+        whole_chunks = bool(np.all(outer % chunks == 0))  # objects of whole chunks (every sharding listed)
         for d in range(self.shape.size):
             c, o = chunks[:, d:d + 1], outer[:, d:d + 1]
             s, e, pt = starts[None, :, d], stops[None, :, d], pointed[None, :, d]
             first, last = s // c, (e - 1) // c
-            t, f = self._along(d, c, s, e)
+            t, f = self._touched(d, c, first, last)
             # chunks of the selection's first object along the dimension (its corner object; along pointed
             # dimensions, the object holding the fewest of its chunks, below)
             per_dim = np.maximum(o // c, 1)
-            corner *= np.where(pt, 1, np.minimum(last, (first // per_dim + 1) * per_dim - 1) - first + 1)
-            touched *= np.where(pt, 1, t)
-            fraction *= np.where(pt, 1.0, f)
-            objects *= np.where(pt, 1, (e - 1) // o - s // o + 1)
+            first_object = first // per_dim
+            corner_d = np.minimum(last, (first_object + 1) * per_dim - 1) - first + 1
+            # objects touched: of whole chunks, the chunks' objects (floor of a floor: the same, fewer divisions)
+            objects_d = last // per_dim - first_object + 1 if whole_chunks else (e - 1) // o - s // o + 1
+            if any_pointed:
+                corner_d, t, f, objects_d = (np.where(pt, 1, corner_d), np.where(pt, 1, t), np.where(pt, 1.0, f),
+                                             np.where(pt, 1, objects_d))
+            corner *= corner_d
+            touched *= t
+            fraction *= f
+            objects *= objects_d
         for j, dims, points in pattern.points:
             if j < windows:  # along the pointed dimensions: the distinct chunks and objects of its points
                 t_p, f_p, o_p, fewest = self._pointed(chunks, outer, dims, points)
