@@ -101,6 +101,26 @@ def test_candidates_are_bounded_in_number_and_shard_size(shape: tuple[int, ...])
     assert all(n.chunks_per_object() <= MAX_SHARD_CHUNKS for n in neighbours(layouts[-1], shape, 8))
 
 
+@pytest.mark.parametrize("shape", [(365, 10, 181, 360), (8760, 600), (3, 7, 2, 9, 4), (2,) * 8, (9, 1, 17),
+                                   (1024, 1024)])  # the last: a shard of exactly MAX_SHARD_CHUNKS
+def test_the_shardings_of_every_chunk_shape_are_the_stated_multiples(shape: tuple[int, ...]) -> None:
+    """Listed many chunk shapes at once (`shardings`, what the search lists): per chunk shape and in order, every
+    combination of 1, 2, 8 or all of its chunks along each dimension (those no longer than the dimension, each
+    once), sharded (more than one chunk a shard) and at most MAX_SHARD_CHUNKS a shard."""
+    import itertools
+
+    from xarray_zarrmax.advise.candidates import chunk_grid, shard_multiples, shardings
+
+    grid = chunk_grid(shape, 4)
+    owner, ks = shardings(grid, shape)
+    for i in np.linspace(0, len(grid) - 1, 40).astype(int).tolist():
+        fulls = [-(-n // int(c)) for n, c in zip(shape, grid[i], strict=True)]
+        options = [sorted({1, 2, 8, full} & set(range(1, full + 1))) for full in fulls]
+        want = [combo for combo in itertools.product(*options) if 1 < math.prod(combo) <= MAX_SHARD_CHUNKS]
+        assert ks[owner == i].tolist() == [list(c) for c in want], grid[i]
+        assert shard_multiples(grid[i], shape).tolist() == [[1] * len(shape)] + [list(c) for c in want]
+
+
 def test_the_geos_fp_grid_is_unchanged() -> None:
     """Within the bounds, the search space is what the validation runs measured (docs/dev/advise.md)."""
     from xarray_zarrmax.advise.candidates import chunk_grid

@@ -79,14 +79,32 @@ def shard_multiples(chunks: Sequence[int], shape: Sequence[int]) -> np.ndarray:
     """Chunks per shard along each dimension of the layouts of one chunk shape, ``(m, ndim)``: unsharded (all
     ones) first, then shards of 2, 8 or all of its chunks per dimension, every combination of at most
     `MAX_SHARD_CHUNKS` chunks."""
-    options = []
-    for n, c in zip(shape, chunks, strict=True):
-        full = -(-int(n) // int(c))
-        options.append(sorted({k for k in (full if m == "all" else int(m) for m in _MULTIPLES) if k <= full}))
-    grids = np.meshgrid(*[np.asarray(o, dtype=np.int64) for o in options], indexing="ij")
-    ks = np.stack([g.reshape(-1) for g in grids], axis=-1).reshape(-1, len(options))
-    per_object = np.prod(ks.astype(np.float64), axis=1)
-    return ks[(per_object == 1) | ((per_object > 1) & (per_object <= MAX_SHARD_CHUNKS))]
+    ks = shardings(np.asarray([chunks], dtype=np.int64).reshape(1, len(shape)), shape)[1]
+    return np.concatenate([np.ones((1, len(shape)), dtype=np.int64), ks])
+
+
+def shardings(chunks: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The sharded layouts of many chunk shapes (rows of ``chunks``) at once: (the row each belongs to, its
+    chunks per shard), each row's together in `shard_multiples`' order (without its unsharded first)."""
+    ndim = chunks.shape[1]
+    fulls = -(-np.asarray(shape, dtype=np.int64)[None] // chunks)  # (k, ndim) chunks along each dimension
+    # per dimension the options 1, 2, 8 and all, in that order: those past the dimension's length, and "all"
+    # when it is one of the others, left out
+    options = np.stack([np.ones_like(fulls), np.full_like(fulls, 2), np.full_like(fulls, 8), fulls], axis=2)
+    valid = options <= fulls[:, :, None]
+    valid[:, :, 3] &= (fulls != 1) & (fulls != 2) & (fulls != 8)
+    combos = np.indices((len(_MULTIPLES),) * ndim).reshape(ndim, -1).T  # (4^ndim, ndim), lexicographic
+    dims = np.arange(ndim)[None, :]
+    owners, found = [np.zeros(0, dtype=np.int64)], [np.zeros((0, ndim), dtype=np.int64)]
+    step = max(1, (1 << 16) // len(combos))  # rows of chunk shapes at once: 4^ndim combinations each
+    for a in range(0, chunks.shape[0], step):
+        ks = options[a:a + step][:, dims, combos]  # (rows, combinations, ndim)
+        per_object = np.prod(ks.astype(np.float64), axis=2)
+        keep = valid[a:a + step][:, dims, combos].all(axis=2) & (per_object > 1) & (per_object <= MAX_SHARD_CHUNKS)
+        row, combo = np.nonzero(keep)  # row-major: each row's layouts together, in the combinations' order
+        owners.append(a + row)
+        found.append(ks[row, combo])
+    return np.concatenate(owners), np.concatenate(found)
 
 
 def shard_options(chunks: Sequence[int], shape: Sequence[int]) -> list[Layout]:

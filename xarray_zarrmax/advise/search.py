@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from xarray_zarrmax.advise.bounds import TERMS, SearchBounds
-from xarray_zarrmax.advise.candidates import _sharded, shard_multiples
+from xarray_zarrmax.advise.candidates import _sharded
+from xarray_zarrmax.advise.candidates import shardings as shardings_of
 from xarray_zarrmax.advise.model import Costs, Layout
 from xarray_zarrmax.advise.probe import Progress
 
@@ -131,9 +132,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     def shardings(shapes: list[int]) -> int:
         """A block of the shardings of ``shapes`` (chunk shapes), with their quick bounds (one numpy call)."""
-        multiples = [shard_multiples(grid[c], shape)[1:] for c in shapes]  # the unsharded ones are queued
-        owner = np.repeat(np.asarray(shapes, dtype=np.int64), [len(m) for m in multiples])
-        ks = np.concatenate(multiples)
+        rows = np.asarray(shapes, dtype=np.int64)
+        at, ks = shardings_of(grid[rows], shape)  # the unsharded ones are queued
+        owner = rows[at]
         return add_block(listed(owner, ks, False), owner, ks, False)
 
     def refined(block: int, picked: np.ndarray) -> int:
@@ -171,11 +172,11 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             continue
         if what >= 0 and not blocks[what].refined:
             # listed with the quick bound: now the whole one (selections apart from the earlier ones wait for
-            # their own indexes), for up to 256 of its block within the limit (those past it may never be
+            # their own indexes), for up to 32 of its block within the limit (those past it may never be
             # needed), the rest queued from the first left
             block = blocks[what]
             below = max(index + 1, int(np.searchsorted(block.key, limit(), side="right")))
-            step = min(index + 256, len(block.key), below)
+            step = min(index + 32, len(block.key), below)
             queue_from(what, step)
             queue_from(refined(what, np.arange(index, step)), 0)
             continue
