@@ -117,3 +117,17 @@ def test_the_search_time_table_lists_every_case_and_formats_its_rows() -> None:
     text = markdown({"command": "c", "repeat": 3, "machine_before": {"load_average": [1.0]},
                      "machine_after": {"load_average": [2.0]}, "rows": [row]})
     assert "| 4-D built-in | map | minio | 0.25 | 12 | yes | 1x5x181x360 |" in text
+
+
+def test_the_search_ab_table_summarizes_both_checkouts_runs() -> None:
+    """`asv_bench.tables.advise_search_ab`: medians and their ratio per case, and whether the picks agree."""
+    from asv_bench.tables.advise_search_ab import markdown, summary
+
+    before = [{"seconds": s, "costed": 10, "best": "4x4", "score": 0.5} for s in (3.0, 4.0, 9.0)]
+    after = [{"seconds": s, "costed": 9, "best": "4x4", "score": 0.5} for s in (1.0, 2.0, 1.5)]
+    row = summary("a / b / minio", before, after)
+    assert (row["before_s"], row["after_s"], row["ratio"], row["same_pick"]) == (4.0, 1.5, 4.0 / 1.5, True)
+    assert not summary("a / b / minio", before, [{**after[0], "best": "2x4"}])["same_pick"]
+    text = markdown({"command": "c", "other": "/tmp/before", "repeat": 3, "machine_before": {"load_average": [1.0]},
+                     "machine_after": {"load_average": [2.0]}, "rows": [row]})
+    assert "| a / b / minio | 4.00 | 1.50 | 2.67x | 10 / 9 | yes |" in text
