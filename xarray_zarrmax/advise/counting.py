@@ -48,10 +48,7 @@ _CACHE = _ArrayCache(MODEL_CACHE_BYTES)
 def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
     """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`): the inverse of
     `_morton_codes`' ranks."""
-    codes = _morton_codes(shape)
-    order = np.empty(codes.size, dtype=np.int64)
-    order[_code_ranks(codes, None)] = np.arange(codes.size, dtype=np.int64)
-    return order
+    return _inverse(_code_ranks(_morton_codes(shape)))
 
 
 def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
@@ -73,15 +70,16 @@ def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
     return code.reshape(-1)
 
 
-def _code_ranks(codes: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
-    """Each code's rank among the (distinct) ``codes`` where ``kept`` (all when None), -1 where not kept: a
-    running count over the codes' space (at most 2^ndim times the cells: each dimension rounds up to a power
-    of two), which a sort of the codes would cost n log n for."""
-    present = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.int64)
-    present[codes if kept is None else codes[kept]] = 1
-    below = np.cumsum(present) - 1
-    ranks = below[codes]
-    return ranks if kept is None else np.where(kept, ranks, -1)
+def _code_ranks(codes: np.ndarray) -> np.ndarray:
+    """Each of the distinct ``codes``' rank among them: a running count over the codes' space when it is at most
+    4 times the codes (each dimension rounds up to a power of two: up to 2^ndim times), which a sort would cost
+    n log n for; else a sort (a 7-D grid of 5 a side spans 26x its cells)."""
+    n = int(codes.max(initial=0)) + 1
+    if n > 4 * codes.size:
+        return _inverse(np.argsort(codes))
+    present = np.zeros(n, dtype=np.int64)
+    present[codes] = 1
+    return (np.cumsum(present) - 1)[codes]  # type: ignore[no-any-return]
 
 
 def morton_order(shape: tuple[int, ...]) -> np.ndarray:
@@ -141,18 +139,26 @@ def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tupl
 
 def _lay_out(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
              compressed: bool) -> tuple[np.ndarray, np.ndarray]:
-    codes = _CACHE.get(("codes", grid), lambda: _morton_codes(grid))
+    # the grid's Morton order, once per grid; per extent of a shard at the array's edge only work on its cells
+    order = _CACHE.get(("order", grid), lambda: _morton_permutation(grid))
     fraction = _inside(grid, extents, chunks)
     if fraction is None:  # every chunk stored whole
-        rank = _CACHE.get(("ranks", grid), lambda: _code_ranks(codes, None))
-        return rank.reshape(grid), np.full(codes.size, chunk_enc, dtype=np.int64)
-    flat = fraction.reshape(-1)
-    stored = flat > 0
-    rank = _code_ranks(codes, stored)
-    sizes = np.empty(int(stored.sum()), dtype=np.int64)
-    sizes[rank[stored]] = (np.maximum(1, np.round(flat[stored] * chunk_enc)).astype(np.int64) if compressed
-                           else chunk_enc)
+        rank = _CACHE.get(("ranks", grid), lambda: _inverse(order))
+        return rank.reshape(grid), np.full(order.size, chunk_enc, dtype=np.int64)
+    in_order = fraction.reshape(-1)[order]
+    stored = in_order > 0
+    rank = np.full(order.size, -1, dtype=np.int64)
+    rank[order[stored]] = np.arange(int(stored.sum()))
+    sizes = (np.maximum(1, np.round(in_order[stored] * chunk_enc)).astype(np.int64) if compressed
+             else np.full(int(stored.sum()), chunk_enc, dtype=np.int64))
     return rank.reshape(grid), sizes
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """The position of each index in the permutation ``order``."""
+    ranks = np.empty(order.size, dtype=np.int64)
+    ranks[order] = np.arange(order.size)
+    return ranks
 
 
 def _stored_ends(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
