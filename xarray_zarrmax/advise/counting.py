@@ -46,9 +46,16 @@ _CACHE = _ArrayCache(MODEL_CACHE_BYTES)
 
 
 def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
-    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`): the inverse of
-    `_morton_codes`' ranks."""
-    return _inverse(_code_ranks(_morton_codes(shape)))
+    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`): their codes
+    (`_morton_codes`) sorted, by a running count over the codes' space when it is at most 4 times the cells
+    (each dimension rounds up to a power of two: up to 2^ndim times), which a sort would cost n log n for; else
+    by a sort (a 7-D grid of 5 a side spans 26x its cells)."""
+    codes = _morton_codes(shape)
+    if int(codes.max(initial=0)) + 1 > 4 * codes.size:
+        return np.argsort(codes)  # distinct codes: any sort gives the one order
+    present = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.int64)
+    present[codes] = 1
+    return _inverse((np.cumsum(present) - 1)[codes])
 
 
 def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
@@ -68,18 +75,6 @@ def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
     for d, part in enumerate(parts):
         code |= part.reshape([-1 if i == d else 1 for i in range(len(shape))])
     return code.reshape(-1)
-
-
-def _code_ranks(codes: np.ndarray) -> np.ndarray:
-    """Each of the distinct ``codes``' rank among them: a running count over the codes' space when it is at most
-    4 times the codes (each dimension rounds up to a power of two: up to 2^ndim times), which a sort would cost
-    n log n for; else a sort (a 7-D grid of 5 a side spans 26x its cells)."""
-    n = int(codes.max(initial=0)) + 1
-    if n > 4 * codes.size:
-        return _inverse(np.argsort(codes))
-    present = np.zeros(n, dtype=np.int64)
-    present[codes] = 1
-    return (np.cumsum(present) - 1)[codes]  # type: ignore[no-any-return]
 
 
 def morton_order(shape: tuple[int, ...]) -> np.ndarray:
