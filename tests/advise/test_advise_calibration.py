@@ -252,6 +252,68 @@ def test_the_store_probe_repeats_and_records_a_spread(tmp_path: Path) -> None:
     assert all(0 <= low <= high for low, high in spread.values())
 
 
+def test_the_decoder_probe_reports_the_speedups_quartiles() -> None:
+    from xarray_zarrmax.advise.probe import probe_decoder
+
+    sample = np.random.default_rng(0).normal(size=2**18).astype("f4")
+    probe = probe_decoder(sample, threads=2, sizes=(2**16,))
+    ((_, speedup),) = probe.speedup
+    ((low, high),) = [(lo, hi) for name, lo, hi in probe.spread if name == "decode_speedup"]
+    assert 0 < low <= speedup <= high
+    one = probe_decoder(sample, threads=1, sizes=(2**16,))
+    assert "decode_speedup" not in {name for name, _, _ in one.spread}  # one thread: nothing measured
+    from xarray_zarrmax.advise import calibrate
+
+    with set_config(threads=2):
+        costs = calibrate(dataset(), progress=False)
+    assert "decode_speedup" in {name for name, _, _ in costs.spread}
+    assert Costs.from_dict(json.loads(json.dumps(costs.to_dict()))) == costs
+
+
+def speedup_costs(spread: tuple[float, float] | None) -> Costs:
+    """An object store where one 40 kB object streams at 1 MB/s and two at 2 MB/s, 20 kB chunks decode at
+    1 MB/s and 40 kB ones at 2 MB/s, on a pool 1.8x faster than one thread, known within ``spread``."""
+    return Costs(latency_s=0.0, request_bps=1e6, aggregate_bps=1e12, decode_bps=2e6,
+                 decode_curve=((20_000, 1e6), (40_000, 2e6)), decode_speedup=((2, 1.8),),
+                 spread=(("decode_speedup", *spread),) if spread else ())
+
+
+def test_the_speedups_spread_is_carried_into_the_pools_decode_and_its_ties() -> None:
+    from xarray_zarrmax.advise.model import predict_terms
+
+    """One 40 kB chunk: 40 ms to stream, 20 ms to decode on one thread; two of 20 kB: 20 ms, 40 ms. On a pool
+    1.8x faster the two are faster (42 ms, 51 ms); a pool measured anywhere between 0.5x and 2x could make the
+    one chunk faster: tied, and fewer requests wins. Within 1.7-1.9x they are not tied."""
+    ds = xr.Dataset({"v": (("y", "x"), np.zeros((100, 100), dtype="f4"))})
+    one, two = Layout((100, 100)), Layout((50, 100))
+    mix = {"all": (1.0, {"y": slice(0, 100)})}
+    with set_config(threads=2):
+        exact = advise(ds, mix, costs=speedup_costs(None), layouts=[one, two], progress=False)
+        wide = advise(ds, mix, costs=speedup_costs((0.5, 2.0)), layouts=[one, two], progress=False)
+        narrow = advise(ds, mix, costs=speedup_costs((1.7, 1.9)), layouts=[one, two], progress=False)
+        single = predict_terms(
+            exact.candidates[0].predictions["all"].counts, speedup_costs((0.5, 2.0)), Reader(threads=1))
+    assert exact.best.layout == two and exact.tied == (exact.best,)
+    assert exact.best.score == pytest.approx(0.020 + 0.040 / 1.8)
+    pooled = {c.layout: c for c in wide.candidates}
+    assert pooled[two].terms["decode_pool"] == pytest.approx(0.040 / 1.8)  # the pool's decode, its own term
+    assert pooled[two].low == pytest.approx(0.020 + 0.040 / 2.0)  # the speedup's quartiles: its range
+    assert pooled[two].high == pytest.approx(0.020 + 0.040 / 0.5)
+    assert [c.layout for c in wide.tied] == [one, two] and wide.best.layout == one
+    assert narrow.best.layout == two and narrow.tied == (narrow.best,)
+    assert "decode_pool" not in single and "decode_bps" in single  # one thread: the rate's spread alone
+    assert "quartiles x0.50-2.00 on 2" in str(wide)
+
+
+@pytest.mark.parametrize(("spread", "points", "message"), [
+    ((("decode_speedup", 1.0, 2.0),), (), "decode_speedup points for the spread"),
+    ((("decode_speedup", 0.0, 2.0),), ((2, 1.5),), "a rate's low above 0"),
+])
+def test_a_speedup_spread_is_checked(spread: Any, points: Any, message: str) -> None:
+    with pytest.raises(AdviceInputError, match=message):
+        Costs(decode_speedup=points, spread=spread)
+
+
 def tie_costs(request_bps: tuple[float, float] = (0.5e6, 1e7),
               chunk_s: tuple[float, float] = (0.01, 0.03)) -> Costs:
     """A store where one object of 40 kB streams at 1 MB/s, two at 2 MB/s, and each chunk costs 15 ms, the

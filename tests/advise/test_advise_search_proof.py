@@ -28,13 +28,15 @@ def _case(seed: int) -> tuple[tuple[int, ...], tuple[str, ...], dict, Costs, Rea
     shape = tuple(int(n) for n in rng.integers(3, 24 if ndim < 4 else 10, ndim))
     dims = DIMS[:ndim]
     latency = float(rng.choice([1e-5, 1e-3, 0.02]))
-    spread = ((("latency_s", latency * 0.9, latency * 1.2), ("request_bps", 6e7, 9e7), ("request_s", 2e-5, 5e-5))
+    decode_bps, speedup = float(rng.choice([2e8, 1e9])), float(rng.choice([0.9, 1.3, 1.9]))
+    spread = ((("latency_s", latency * 0.9, latency * 1.2), ("request_bps", 6e7, 9e7), ("request_s", 2e-5, 5e-5),
+               ("decode_bps", decode_bps * 0.8, decode_bps * 1.1), ("decode_speedup", speedup * 0.7, speedup * 1.2))
               if rng.integers(0, 2) else ())
-    costs = Costs(latency_s=latency, request_bps=8e7, decode_bps=float(rng.choice([2e8, 1e9])),
+    costs = Costs(latency_s=latency, request_bps=8e7, decode_bps=decode_bps,
                   ratio=float(rng.choice([0.3, 1.0])), request_s=float(rng.choice([0.0, 3e-5])),
                   chunk_s=float(rng.choice([0.0, 2e-5])), index_s=float(rng.choice([0.0, 5e-5])),
                   index_entry_s=float(rng.choice([0.0, 1e-8])), connect_s=float(rng.choice([0.0, 3e-4])),
-                  decode_speedup=((2, float(rng.choice([0.9, 1.3, 1.9]))),), spread=spread,
+                  decode_speedup=((2, speedup),), spread=spread,
                   local=bool(rng.integers(0, 2)))
     reader = Reader(local=costs.local, threads=int(rng.integers(1, 3)), concurrency=int(rng.choice([2, 16, 128])),
                     full_shard_fraction=float(rng.choice([0.25, 0.5, 1.0])),

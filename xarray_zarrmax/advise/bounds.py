@@ -75,7 +75,7 @@ class SearchBounds:
         # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
                                       + [min(1.0, low.get("request_bps", 1.0), low.get("aggregate_bps", 1.0)),
-                                         min(1.0, low.get("decode_bps", 1.0))])
+                                         min(1.0, low.get("decode_bps", 1.0)), min(1.0, low.get("decode_pool", 1.0))])
         self.speedup = costs.speedup(max(reader.threads, 1))
 
     def seconds(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
@@ -290,7 +290,8 @@ class SearchBounds:
         rate = _decode_rates(costs, chunk_dec)
         # as `predict`: a local read decoding less than JOB_BYTES decodes in the calling thread (the chunks
         # counted are the read's own, so the bytes decoded are exact)
-        speedup = np.where(self.reader.local & (chunk_count * chunk_dec < JOB_BYTES), 1.0, self.speedup)
+        calling = self.reader.local & (chunk_count * chunk_dec < JOB_BYTES)
+        one = max(self.reader.threads, 1) == 1 or calling  # decoded on one thread: "decode_bps", else the pool's
         terms = np.empty((k, len(TERMS)))
         terms[:, 0] = round_trips * costs.latency_s
         terms[:, 1] = requests * costs.request_s
@@ -307,7 +308,9 @@ class SearchBounds:
         terms[:, 6] = np.where(per_request, transfer, 0.0)
         terms[:, 7] = np.where(aggregate, transfer, 0.0)
         terms[:, 8] = np.where(aggregate | per_request, 0.0, transfer)
-        terms[:, 9] = chunk_count * chunk_dec / rate / speedup
+        decode = chunk_count * chunk_dec / rate
+        terms[:, 9] = np.where(one, decode, 0.0)
+        terms[:, 10] = np.where(one, 0.0, decode / self.speedup)
         return terms
 
     @staticmethod
@@ -337,7 +340,7 @@ class SearchBounds:
 
 #: The terms `SearchBounds.terms` bounds, in its columns: `model.predict_terms`' keys, the transfer as one
 TERMS = ("latency_s", "request_s", "connect_s", "index_s", "index_entry_s", "chunk_s", "request_bps", "aggregate_bps",
-         "transfer", "decode_bps")  # "transfer": at either rate (which one bounds it is not known)
+         "transfer", "decode_bps", "decode_pool")  # "transfer": at either rate (which one bounds it is not known)
 
 #: Selections of each pattern in `SearchBounds`' quick bound
 _QUICK = 16

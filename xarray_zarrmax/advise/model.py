@@ -117,7 +117,8 @@ class Costs:
     #                         the decoder probe measured our decode pool: 1.1-1.35 at 2 threads, not 2. Empty:
     #                         not measured, taken as ideal (``threads``)
     spread: tuple[tuple[str, float, float], ...] = ()  # (cost, low, high): the quartiles of a probe's repeated
-    #                         measurements of that cost; predictions carry them as intervals. Empty: exact
+    #                         measurements of that cost; predictions carry them as intervals. Empty: exact.
+    #                         "decode_speedup": the quartiles of the speedup at ``decode_speedup``'s last point
 
     def __post_init__(self) -> None:
         for name in SECONDS_COSTS:
@@ -138,6 +139,9 @@ class Costs:
                                    f"{speedup!r} instead.")
         object.__setattr__(self, "decode_speedup", speedup)
         object.__setattr__(self, "spread", _spread(self.spread))
+        if any(name == "decode_speedup" for name, _, _ in self.spread) and not speedup:
+            raise AdviceInputError("expected Costs decode_speedup points for the spread of decode_speedup (the "
+                                   "quartiles of the speedup at its last point). Got no points instead.")
 
     def decode_s(self, chunks: int, decoded_bytes: int) -> float:
         """Seconds on one thread to decode ``chunks`` chunks of ``decoded_bytes`` in all: at the rate of
@@ -158,15 +162,25 @@ class Costs:
         return float(np.interp(threads, [n for n, _ in points], [s for _, s in points]))
 
     def factors(self) -> dict[str, tuple[float, float]]:
-        """Per cost in ``spread``: the factors (low, high) its time term takes at the two ends (a rate's high
-        end gives the low time)."""
+        """Per term with a spread: the factors (low, high) it takes at the two ends of its costs' (a rate's high
+        end gives the low time). "decode_pool", the decode on the decode pool, takes the decode rate's and the
+        speedup's (``spread``'s "decode_speedup", quartiles at ``decode_speedup``'s last point) together."""
         out = {}
         for name, low, high in self.spread:
+            if name == "decode_speedup":
+                continue
             value = float(getattr(self, name))
             if value <= 0:
                 continue  # a term of a zero cost is zero at any factor
             out[name] = (value / high, value / low if low > 0 else math.inf) if name in RATE_COSTS else (
                 low / value, high / value)
+        pool = out.get("decode_bps", (1.0, 1.0))
+        for name, low, high in self.spread:
+            if name == "decode_speedup":
+                at = self.decode_speedup[-1][1]  # the pool's time scales as 1 / speedup
+                pool = (pool[0] * at / high, pool[1] * at / low)
+        if pool != (1.0, 1.0):
+            out["decode_pool"] = pool
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,15 +260,15 @@ def _points(name: str, points: Any, what: str, top: float) -> tuple[tuple[int, f
 def _spread(spread: Any) -> tuple[tuple[str, float, float], ...]:
     """``(cost, low, high)`` triples, sorted by cost: a cost field each, 0 <= low <= high, finite."""
     expected = (f"expected Costs spread as (cost, low, high) triples, cost one of "
-                f"{sorted((*SECONDS_COSTS, *RATE_COSTS))} and 0 <= low <= high")
+                f"{sorted((*SECONDS_COSTS, *RATE_COSTS, 'decode_speedup'))} and 0 <= low <= high")
     try:
         out = tuple(sorted((str(name), float(low), float(high)) for name, low, high in spread))
     except (TypeError, ValueError):
         raise AdviceTypeError(f"{expected}. Got {shown(spread, typed=True)} instead.") from None
     for name, low, high in out:
-        if name not in (*SECONDS_COSTS, *RATE_COSTS) or not 0 <= low <= high < math.inf:
+        if name not in (*SECONDS_COSTS, *RATE_COSTS, "decode_speedup") or not 0 <= low <= high < math.inf:
             raise AdviceInputError(f"{expected}. Got {(name, low, high)!r} instead.")
-        if name in RATE_COSTS and low <= 0:
+        if name in (*RATE_COSTS, "decode_speedup") and low <= 0:
             raise AdviceInputError(f"{expected} (a rate's low above 0). Got {(name, low, high)!r} instead.")
     if len({name for name, _, _ in out}) < len(out):
         raise AdviceInputError(f"{expected}, each cost once. Got {out!r} instead.")
@@ -346,11 +360,12 @@ def predict_terms(counts: ReadCounts, costs: Costs, reader: Reader) -> dict[str,
     bandwidth, bound = (streams, "request_bps") if streams < costs.aggregate_bps else (costs.aggregate_bps,
                                                                                           "aggregate_bps")
     threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
+    decode = "decode_bps" if threads == 1 else "decode_pool"  # on the pool: the speedup's spread too
     return {"latency_s": counts.round_trips * costs.latency_s, "request_s": counts.requests * costs.request_s,
             "connect_s": in_flight * costs.connect_s, "index_s": counts.indexes * costs.index_s,
             "index_entry_s": counts.index_entries * costs.index_entry_s, "chunk_s": counts.chunks * costs.chunk_s,
             bound: counts.bytes / bandwidth,
-            "decode_bps": costs.decode_s(counts.chunks, counts.decoded_bytes) / costs.speedup(threads)}
+            decode: costs.decode_s(counts.chunks, counts.decoded_bytes) / costs.speedup(threads)}
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:

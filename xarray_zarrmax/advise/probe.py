@@ -81,8 +81,8 @@ class ReaderProbe:
 class DecoderProbe:
     """numcodecs zstd on a sample: decoded bytes per second on one thread (the sample as one chunk), encoded /
     decoded bytes, the rate at smaller chunk sizes (``(decoded bytes of a chunk, rate)``, ascending), how many
-    times faster our decode pool decodes than one thread (``((threads, speedup),)``) and the rate's spread
-    (``(("decode_bps", low, high),)``)."""
+    times faster our decode pool decodes than one thread (``((threads, speedup),)``) and the spreads of the rate
+    and the speedup (``(("decode_bps", low, high), ("decode_speedup", low, high))``)."""
 
     decode_bps: float
     ratio: float
@@ -437,18 +437,23 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = PROBE_LE
     curve = tuple((size, rate(size)[0].median) for size in sorted(set(sizes)) if size < raw.nbytes) + (
         (raw.nbytes, whole.median),)
     pool = get_config().threads if threads is None else threads
-    speedup = ((pool, probe_decode_speedup(raw, codec, pool, repeats=repeats)),) if pool > 1 else ((1, 1.0),)
-    return DecoderProbe(whole.median, encoded / raw.nbytes, curve, speedup,
-                        (("decode_bps", whole.low, whole.high),))
+    spread: tuple[tuple[str, float, float], ...] = (("decode_bps", whole.low, whole.high),)
+    speedup = ((1, 1.0),)
+    if pool > 1:
+        ratio = probe_decode_speedup(raw, codec, pool, repeats=repeats)
+        speedup = ((pool, ratio.median),)
+        spread += (("decode_speedup", ratio.low, ratio.high),)
+    return DecoderProbe(whole.median, encoded / raw.nbytes, curve, speedup, spread)
 
 
 def probe_decode_speedup(raw: np.ndarray, codec: Any, threads: int, *, nbytes: int = SPEEDUP_BYTES,
-                         repeats: int = PROBE_LEAST) -> float:
+                         repeats: int = PROBE_LEAST) -> Measured:
     """How many times faster our decode pool on ``threads`` threads decodes ``nbytes`` than the calling thread
     alone, as a local read of that many bytes is decoded (`local_reads.local_jobs`: jobs of about
     `tuning.JOB_BYTES`, at least one per thread, on `loop.run_batches`): ``raw``'s bytes in frames of up to
     1 MiB, repeated to ``nbytes``. Measured, not assumed: 1.1-1.35x at 2 threads here, not 2x (issue 42); each
-    ratio of the two back to back (`paired_ratio`)."""
+    ratio of the two back to back (`paired_ratio`), their median and quartiles (at least 1e-3: a time's ratio).
+    On a shared machine it moved between 0.8x and 2x from one run to the next: the quartiles are its spread."""
     from xarray_zarrmax.codecs.decode import ChunkCodec
     from xarray_zarrmax.core.loop import decode_pool, run_batches
     from xarray_zarrmax.read.work import split_batches
@@ -470,7 +475,8 @@ def probe_decode_speedup(raw: np.ndarray, codec: Any, threads: int, *, nbytes: i
         decode_pool()  # started before the timing, as a reader's pool is
         ratio = paired_ratio(lambda: timed(lambda: decode(work)), lambda: timed(lambda: run_batches(decode, batches)),
                              least=repeats)
-    return max(ratio.median, 1e-3)
+    return Measured(max(ratio.median, 1e-3), max(ratio.low, 1e-3), max(ratio.high, 1e-3), ratio.count,
+                    max(ratio.best, 1e-3))
 
 
 def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 512,

@@ -111,7 +111,9 @@ class AdviceReport:
         small = (f" ({decode_rate(c.decode_curve, 16e3, c.decode_bps) / 1e6:.0f} in 16 kB chunks)"
                  if c.decode_curve and c.decode_curve[0][0] <= 16e3 <= c.decode_curve[-1][0] else "")
         stored = f", stored as {self.dtype}" if self.dtype else ""
-        speedup = (f"; decode x{c.speedup(self.reader.threads):.2f} on {self.reader.threads} threads"
+        quartiles = next((f" (quartiles x{lo:.2f}-{hi:.2f} on {c.decode_speedup[-1][0]})"
+                          for name, lo, hi in c.spread if name == "decode_speedup"), "")
+        speedup = (f"; decode x{c.speedup(self.reader.threads):.2f} on {self.reader.threads} threads{quartiles}"
                    if self.reader.threads > 1 else "")
         lines = [
             f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}{stored}, "
