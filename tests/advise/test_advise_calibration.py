@@ -11,6 +11,7 @@ import itertools
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,29 @@ def test_decode_on_two_threads_is_as_much_faster_as_the_probe_measured() -> None
     assert two == pytest.approx(one / 1.25)  # not one / 2
     assert predict(counts, costs, Reader(threads=8, local=True)) - transfer == pytest.approx(one / 1.25)  # no more
     # than measured beyond the measured thread counts
+
+
+def test_decode_on_the_pool_is_as_much_faster_as_the_probe_measured_at_that_chunk_size() -> None:
+    """A pool that decodes 1 MiB chunks 1.5x faster gains 1.1x on 16 kB ones (measured: the per-chunk work
+    holds the GIL); between two probed sizes, linear in the logarithm of the size."""
+    from xarray_zarrmax.advise.model import predict_terms
+
+    costs = Costs(latency_s=0.0, request_bps=1e15, aggregate_bps=1e15, decode_bps=1e9,
+                  decode_speedup=((2, 1.5),), speedup_curve=((16 << 10, 1.1), (1 << 20, 1.5)))
+
+    def decode(chunk_bytes: int, threads: int = 2) -> float:
+        chunks = 8 * MiB // chunk_bytes
+        counts = ReadCounts(objects=chunks, requests=chunks, bytes=8 * MiB, decoded_bytes=8 * MiB, round_trips=1,
+                            chunks=chunks)
+        terms = predict_terms(counts, costs, Reader(threads=threads))
+        return terms.get("decode_pool", 0.0) + terms.get("decode_bps", 0.0)
+
+    one = 8 * MiB / 1e9
+    assert decode(1 << 20) == pytest.approx(one / 1.5)
+    assert decode(16 << 10) == pytest.approx(one / 1.1)
+    assert decode(128 << 10) == pytest.approx(one / 1.3)  # halfway in log size
+    assert decode(4 << 20) == pytest.approx(one / 1.5) and decode(4 << 10) == pytest.approx(one / 1.1)
+    assert decode(16 << 10, threads=1) == pytest.approx(one)
 
 
 def test_the_decoder_probe_measures_the_pool_speedup() -> None:
@@ -255,19 +279,26 @@ def test_the_store_probe_repeats_and_records_a_spread(tmp_path: Path) -> None:
 def test_the_decoder_probe_reports_the_speedups_quartiles() -> None:
     from xarray_zarrmax.advise.probe import probe_decoder
 
-    sample = np.random.default_rng(0).normal(size=2**18).astype("f4")
+    from xarray_zarrmax.tuning import SPEEDUP_SIZES
+
+    sample = np.random.default_rng(0).normal(size=2**18).astype("f4")  # 1 MiB
     probe = probe_decoder(sample, threads=2, sizes=(2**16,))
     ((_, speedup),) = probe.speedup
     ((low, high),) = [(lo, hi) for name, lo, hi in probe.spread if name == "decode_speedup"]
     assert 0 < low <= speedup <= high
+    # per chunk size up to the sample's: the largest is the point
+    assert [n for n, _ in probe.speedup_curve] == [n for n in SPEEDUP_SIZES if n < 2**20] + [2**20]
+    assert probe.speedup_curve[-1][1] == speedup and all(s > 0 for _, s in probe.speedup_curve)
     one = probe_decoder(sample, threads=1, sizes=(2**16,))
     assert "decode_speedup" not in {name for name, _, _ in one.spread}  # one thread: nothing measured
     from xarray_zarrmax.advise import calibrate
 
     with set_config(threads=2):
         costs = calibrate(dataset(), progress=False)
-    assert "decode_speedup" in {name for name, _, _ in costs.spread}
+    assert "decode_speedup" in {name for name, _, _ in costs.spread} and costs.speedup_curve
     assert Costs.from_dict(json.loads(json.dumps(costs.to_dict()))) == costs
+    before = {k: v for k, v in costs.to_dict().items() if k != "speedup_curve"}  # saved before it was measured
+    assert Costs.from_dict(before) == replace(costs, speedup_curve=())
 
 
 def speedup_costs(spread: tuple[float, float] | None) -> Costs:
@@ -308,10 +339,11 @@ def test_the_speedups_spread_is_carried_into_the_pools_decode_and_its_ties() -> 
 @pytest.mark.parametrize(("spread", "points", "message"), [
     ((("decode_speedup", 1.0, 2.0),), (), "decode_speedup points for the spread"),
     ((("decode_speedup", 0.0, 2.0),), ((2, 1.5),), "a rate's low above 0"),
+    ((), (), "decode_speedup points for a speedup_curve"),
 ])
 def test_a_speedup_spread_is_checked(spread: Any, points: Any, message: str) -> None:
     with pytest.raises(AdviceInputError, match=message):
-        Costs(decode_speedup=points, spread=spread)
+        Costs(decode_speedup=points, spread=spread, speedup_curve=((16 << 10, 1.1),) if not spread else ())
 
 
 def tie_costs(request_bps: tuple[float, float] = (0.5e6, 1e7),

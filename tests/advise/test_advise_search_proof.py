@@ -37,6 +37,7 @@ def _case(seed: int) -> tuple[tuple[int, ...], tuple[str, ...], dict, Costs, Rea
                   chunk_s=float(rng.choice([0.0, 2e-5])), index_s=float(rng.choice([0.0, 5e-5])),
                   index_entry_s=float(rng.choice([0.0, 1e-8])), connect_s=float(rng.choice([0.0, 3e-4])),
                   decode_speedup=((2, speedup),), spread=spread,
+                  speedup_curve=((256, speedup * 0.6), (4096, speedup)) if rng.integers(0, 2) else (),
                   local=bool(rng.integers(0, 2)))
     reader = Reader(local=costs.local, threads=int(rng.integers(1, 3)), concurrency=int(rng.choice([2, 16, 128])),
                     full_shard_fraction=float(rng.choice([0.25, 0.5, 1.0])),

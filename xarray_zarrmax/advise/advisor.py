@@ -537,7 +537,7 @@ def _probe_costs(var: Any, stored: np.dtype, store: Any, storage_options: Mappin
     return Costs(base.latency_s, base.request_bps, base.aggregate_bps, decoder.decode_bps, decoder.ratio,
                  request_s=base.request_s + work.request_s, chunk_s=work.chunk_s, index_s=work.index_s,
                  index_entry_s=work.index_entry_s, connect_s=base.connect_s, decode_curve=decoder.curve,
-                 local=local, decode_speedup=decoder.speedup, spread=spread)
+                 local=local, decode_speedup=decoder.speedup, speedup_curve=decoder.speedup_curve, spread=spread)
 
 
 def calibrate(ds: Any, *, variable: str | None = None, store: str | None = None,

@@ -76,7 +76,6 @@ class SearchBounds:
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
                                       + [min(1.0, low.get("request_bps", 1.0), low.get("aggregate_bps", 1.0)),
                                          min(1.0, low.get("decode_bps", 1.0)), min(1.0, low.get("decode_pool", 1.0))])
-        self.speedup = costs.speedup(max(reader.threads, 1))
 
     def seconds(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
                 pairwise: bool = True) -> np.ndarray:
@@ -310,7 +309,7 @@ class SearchBounds:
         terms[:, 8] = np.where(aggregate | per_request, 0.0, transfer)
         decode = chunk_count * chunk_dec / rate
         terms[:, 9] = np.where(one, decode, 0.0)
-        terms[:, 10] = np.where(one, 0.0, decode / self.speedup)
+        terms[:, 10] = np.where(one, 0.0, decode / costs.speedups(max(self.reader.threads, 1), chunk_dec))
         return terms
 
     @staticmethod

@@ -116,6 +116,10 @@ class Costs:
     decode_speedup: tuple[tuple[int, float], ...] = ()  # (threads, decode time on one thread / on these), as
     #                         the decoder probe measured our decode pool: 1.1-1.35 at 2 threads, not 2. Empty:
     #                         not measured, taken as ideal (``threads``)
+    speedup_curve: tuple[tuple[int, float], ...] = ()  # (decoded bytes of a chunk, speedup) at a few chunk
+    #                         sizes, ascending, on ``decode_speedup``'s last point's threads: a pool decoding 16 kB
+    #                         chunks gained 1.1x where 1 MB ones gained 1.5x (per-chunk work holds the GIL).
+    #                         Empty: ``decode_speedup`` at any size
     spread: tuple[tuple[str, float, float], ...] = ()  # (cost, low, high): the quartiles of a probe's repeated
     #                         measurements of that cost; predictions carry them as intervals. Empty: exact.
     #                         "decode_speedup": the quartiles of the speedup at ``decode_speedup``'s last point
@@ -138,6 +142,11 @@ class Costs:
             raise AdviceInputError(f"expected decode_speedup points (threads >= 1, speedup > 0). Got "
                                    f"{speedup!r} instead.")
         object.__setattr__(self, "decode_speedup", speedup)
+        curve = _points("speedup_curve", self.speedup_curve, "(chunk bytes > 0, speedup > 0)", math.inf)
+        if curve and not speedup:
+            raise AdviceInputError("expected Costs decode_speedup points for a speedup_curve (measured on the last "
+                                   "point's threads). Got no points instead.")
+        object.__setattr__(self, "speedup_curve", curve)
         object.__setattr__(self, "spread", _spread(self.spread))
         if any(name == "decode_speedup" for name, _, _ in self.spread) and not speedup:
             raise AdviceInputError("expected Costs decode_speedup points for the spread of decode_speedup (the "
@@ -151,15 +160,32 @@ class Costs:
             return 0.0
         return decoded_bytes / decode_rate(self.decode_curve, decoded_bytes / max(chunks, 1), self.decode_bps)
 
-    def speedup(self, threads: int) -> float:
-        """How many times faster ``threads`` threads decode than one: ``decode_speedup`` (linear between its
-        points, its last point's beyond them: no more than was measured), or ``threads`` when not measured."""
+    def speedup(self, threads: int, chunk_bytes: float = math.inf) -> float:
+        """How many times faster ``threads`` threads decode chunks of ``chunk_bytes`` than one (`speedups`)."""
+        return float(self.speedups(threads, np.asarray([chunk_bytes], dtype=np.float64))[0])
+
+    def speedups(self, threads: int, chunk_bytes: np.ndarray) -> np.ndarray:
+        """How many times faster ``threads`` threads decode chunks of each of ``chunk_bytes`` than one:
+        ``decode_speedup`` (linear between its points, its last point's beyond them: no more than was measured),
+        its last point at each chunk size from ``speedup_curve`` (linear in the logarithm of the size between
+        two probed sizes, the end's beyond either end); ``threads`` when not measured."""
+        sizes = np.asarray(chunk_bytes, dtype=np.float64)
         if threads <= 1:
-            return 1.0
+            return np.ones(sizes.shape)
         if not self.decode_speedup:
-            return float(threads)
-        points = ((1, 1.0), *((n, s) for n, s in self.decode_speedup if n > 1))
-        return float(np.interp(threads, [n for n, _ in points], [s for _, s in points]))
+            return np.full(sizes.shape, float(threads))
+        *inner, (top, last) = ((1, 1.0), *((n, s) for n, s in self.decode_speedup if n > 1))
+        at_top = (np.interp(np.log(np.maximum(sizes, 1.0)), [math.log(n) for n, _ in self.speedup_curve],
+                            [s for _, s in self.speedup_curve]) if self.speedup_curve
+                  else np.full(sizes.shape, last))
+        if threads >= top:
+            return at_top  # type: ignore[no-any-return]
+        (below, low), *_ = [(n, s) for n, s in reversed(inner) if n <= threads]
+        above = [(n, s) for n, s in inner if n > threads]
+        if above:
+            (n, s), = above[:1]
+            return np.full(sizes.shape, float(np.interp(threads, [below, n], [low, s])))
+        return low + (at_top - low) * (threads - below) / (top - below)  # type: ignore[no-any-return]
 
     def factors(self) -> dict[str, tuple[float, float]]:
         """Per term with a spread: the factors (low, high) it takes at the two ends of its costs' (a rate's high
@@ -191,6 +217,7 @@ class Costs:
             out[name] = float(getattr(self, name))
         out["decode_curve"] = [[n, r] for n, r in self.decode_curve]
         out["decode_speedup"] = [[n, s] for n, s in self.decode_speedup]
+        out["speedup_curve"] = [[n, s] for n, s in self.speedup_curve]
         out["spread"] = {name: [low, high] for name, low, high in self.spread}
         return out
 
@@ -205,7 +232,8 @@ class Costs:
             raise AdviceInputError(f"expected costs of format {COSTS_FORMAT!r} version {COSTS_VERSION}. Got format "
                                    f"{shown(data.get('format'))}, version {shown(data.get('version'))} instead.")
         fields = {*SECONDS_COSTS, *RATE_COSTS, "ratio", "decode_curve", "decode_speedup", "spread", "store"}
-        unknown = sorted(str(k) for k in data if k not in fields | {"format", "version"})
+        optional = {"speedup_curve"}  # absent from costs saved before it was measured: none
+        unknown = sorted(str(k) for k in data if k not in fields | optional | {"format", "version"})
         missing = sorted(fields - set(data))
         if unknown or missing:
             raise AdviceInputError(f"expected costs with the fields {sorted(fields)}. Got "
@@ -226,7 +254,7 @@ class Costs:
                                   f"{shown(spread)} instead.") from None
         numbers = {name: data[name] for name in (*SECONDS_COSTS, *RATE_COSTS, "ratio")}
         return cls(**numbers, decode_curve=data["decode_curve"], decode_speedup=data["decode_speedup"],
-                   local=data["store"] == "local", spread=spread_items)
+                   speedup_curve=data.get("speedup_curve", ()), local=data["store"] == "local", spread=spread_items)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write `to_dict` as JSON to ``path``."""
@@ -365,7 +393,8 @@ def predict_terms(counts: ReadCounts, costs: Costs, reader: Reader) -> dict[str,
             "connect_s": in_flight * costs.connect_s, "index_s": counts.indexes * costs.index_s,
             "index_entry_s": counts.index_entries * costs.index_entry_s, "chunk_s": counts.chunks * costs.chunk_s,
             bound: counts.bytes / bandwidth,
-            decode: costs.decode_s(counts.chunks, counts.decoded_bytes) / costs.speedup(threads)}
+            decode: costs.decode_s(counts.chunks, counts.decoded_bytes)
+            / costs.speedup(threads, counts.decoded_bytes / max(counts.chunks, 1))}
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:

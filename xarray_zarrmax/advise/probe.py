@@ -40,6 +40,7 @@ from xarray_zarrmax.tuning import (
     PROBE_LEAST,
     PROGRESS_AFTER_S,
     SPEEDUP_BYTES,
+    SPEEDUP_SIZES,
 )
 
 #: A progress callback: (step done, steps in all, what is being done).
@@ -89,6 +90,7 @@ class DecoderProbe:
     curve: tuple[tuple[int, float], ...] = ()
     speedup: tuple[tuple[int, float], ...] = ()
     spread: tuple[tuple[str, float, float], ...] = ()
+    speedup_curve: tuple[tuple[int, float], ...] = ()  # (decoded bytes of a chunk, speedup) on the pool
 
 
 def text_progress(stream: TextIO = sys.stderr, width: int = 30, label: str = "probing") -> Progress:
@@ -438,27 +440,35 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = PROBE_LE
         (raw.nbytes, whole.median),)
     pool = get_config().threads if threads is None else threads
     spread: tuple[tuple[str, float, float], ...] = (("decode_bps", whole.low, whole.high),)
-    speedup = ((1, 1.0),)
+    speedup: tuple[tuple[int, float], ...] = ((1, 1.0),)
+    speedup_curve: tuple[tuple[int, float], ...] = ()
     if pool > 1:
-        ratio = probe_decode_speedup(raw, codec, pool, repeats=repeats)
-        speedup = ((pool, ratio.median),)
-        spread += (("decode_speedup", ratio.low, ratio.high),)
-    return DecoderProbe(whole.median, encoded / raw.nbytes, curve, speedup, spread)
+        # per chunk size up to the sample's (at least one): the largest's is the point, its quartiles the spread
+        pieces = [size for size in sorted(set(SPEEDUP_SIZES)) if size < raw.nbytes] + [
+            min(raw.nbytes, max(SPEEDUP_SIZES))]
+        ratios = {piece: probe_decode_speedup(raw, codec, pool, repeats=repeats, piece=piece)
+                  for piece in sorted(set(pieces))}
+        top = ratios[max(ratios)]
+        speedup = ((pool, top.median),)
+        speedup_curve = tuple((piece, r.median) for piece, r in ratios.items())
+        spread += (("decode_speedup", top.low, top.high),)
+    return DecoderProbe(whole.median, encoded / raw.nbytes, curve, speedup, spread, speedup_curve)
 
 
 def probe_decode_speedup(raw: np.ndarray, codec: Any, threads: int, *, nbytes: int = SPEEDUP_BYTES,
-                         repeats: int = PROBE_LEAST) -> Measured:
+                         repeats: int = PROBE_LEAST, piece: int = 1 << 20) -> Measured:
     """How many times faster our decode pool on ``threads`` threads decodes ``nbytes`` than the calling thread
     alone, as a local read of that many bytes is decoded (`local_reads.local_jobs`: jobs of about
-    `tuning.JOB_BYTES`, at least one per thread, on `loop.run_batches`): ``raw``'s bytes in frames of up to
-    1 MiB, repeated to ``nbytes``. Measured, not assumed: 1.1-1.35x at 2 threads here, not 2x (issue 42); each
-    ratio of the two back to back (`paired_ratio`), their median and quartiles (at least 1e-3: a time's ratio).
-    On a shared machine it moved between 0.8x and 2x from one run to the next: the quartiles are its spread."""
+    `tuning.JOB_BYTES`, at least one per thread, on `loop.run_batches`): ``raw``'s bytes in frames of ``piece``
+    (at most the sample's size; chunks of that size), repeated to ``nbytes``. Measured, not assumed: 1.1-1.35x
+    at 2 threads here, not 2x (issue 42), and less for small chunks (per-chunk work holds the GIL); each ratio
+    of the two back to back (`paired_ratio`), their median and quartiles (at least 1e-3: a time's ratio). On a
+    shared machine it moved between 0.8x and 2x from one run to the next: the quartiles are its spread."""
     from xarray_zarrmax.codecs.decode import ChunkCodec
     from xarray_zarrmax.core.loop import decode_pool, run_batches
     from xarray_zarrmax.read.work import split_batches
 
-    piece = min(raw.nbytes, 1 << 20)
+    piece = max(1, min(raw.nbytes, piece))
     frames = [codec.encode(raw[i:i + piece]) for i in range(0, raw.nbytes - piece + 1, piece)]
     count = max(1, nbytes // piece)
     work = [(i, frames[i % len(frames)]) for i in range(count)]

@@ -113,8 +113,10 @@ class AdviceReport:
         stored = f", stored as {self.dtype}" if self.dtype else ""
         quartiles = next((f" (quartiles x{lo:.2f}-{hi:.2f} on {c.decode_speedup[-1][0]})"
                           for name, lo, hi in c.spread if name == "decode_speedup"), "")
-        speedup = (f"; decode x{c.speedup(self.reader.threads):.2f} on {self.reader.threads} threads{quartiles}"
-                   if self.reader.threads > 1 else "")
+        curve = (f", x{c.speedup(self.reader.threads, c.speedup_curve[0][0]):.2f} in "
+                 f"{c.speedup_curve[0][0] / 1e3:.0f} kB chunks" if c.speedup_curve else "")
+        speedup = (f"; decode x{c.speedup(self.reader.threads):.2f} on {self.reader.threads} threads{curve}"
+                   f"{quartiles}" if self.reader.threads > 1 else "")
         lines = [
             f"layout advice for {self.variable!r} {dict(zip(self.dims, self.shape, strict=True))}{stored}, "
             f"mix {dict(self.patterns)}",
