@@ -267,6 +267,42 @@ def test_a_ratio_of_two_timings_is_taken_pair_by_pair_under_the_same_load() -> N
     assert statistics.median(apart[0]) / statistics.median(apart[1]) == pytest.approx(2 / 1.1**10)
 
 
+def test_measurements_meant_to_be_compared_are_taken_in_rounds_under_the_same_load() -> None:
+    """The speedup at several chunk sizes: the machine's load drifts (each timing 5% more than the one before).
+    Taken size after size, the curve's shape would be the drift's (the last size 1.6x slower than the first
+    for the same work); in rounds each size meets the same load, and the spread of the slowest to settle
+    decides how many rounds."""
+    from xarray_zarrmax.advise.repeats import settle, settle_together
+
+    def drifting() -> Any:
+        load = (1.05**i for i in itertools.count())
+        return lambda: next(load)
+
+    same = drifting()
+    apart = [settle(same, least=5, spread=1.0), settle(same, least=5, spread=1.0)]
+    assert apart[1].median / apart[0].median == pytest.approx(1.05**5)
+    rounds = drifting()
+    together = settle_together([rounds, rounds], least=5, spread=1.0)
+    assert together[1].median / together[0].median == pytest.approx(1.05)  # one step apart, not five
+    steady, wild = itertools.repeat(1.0), itertools.cycle([1.0, 3.0])
+    counted = settle_together([lambda: next(steady), lambda: next(wild)], least=5, most=12, spread=0.1,
+                              cap_s=1e9, clock=itertools.count().__next__)
+    assert [m.count for m in counted] == [12, 12]  # the wild one keeps both going, to the most
+
+
+@pytest.mark.parametrize(("values", "fitted"), [
+    ([1.11, 1.63, 0.99, 1.57], [1.11, 1.31, 1.31, 1.57]),
+    ([1.6, 1.2, 1.0, 1.8], [1.2667, 1.2667, 1.2667, 1.8]),
+    ([1.0, 1.2, 1.5], [1.0, 1.2, 1.5]),
+    ([2.0, 1.0], [1.5, 1.5]),
+    ([], []),
+])
+def test_a_speedup_curve_is_fitted_nondecreasing(values: list[float], fitted: list[float]) -> None:
+    from xarray_zarrmax.advise.repeats import nondecreasing
+
+    assert nondecreasing(values) == pytest.approx(fitted, abs=1e-4)
+
+
 def test_the_store_probe_repeats_and_records_a_spread(tmp_path: Path) -> None:
     from xarray_zarrmax.advise import calibrate
 
@@ -289,6 +325,8 @@ def test_the_decoder_probe_reports_the_speedups_quartiles() -> None:
     # per chunk size up to the sample's: the largest is the point
     assert [n for n, _ in probe.speedup_curve] == [n for n in SPEEDUP_SIZES if n < 2**20] + [2**20]
     assert probe.speedup_curve[-1][1] == speedup and all(s > 0 for _, s in probe.speedup_curve)
+    fitted = [s for _, s in probe.speedup_curve]
+    assert fitted == sorted(fitted)  # nondecreasing in the chunk size
     one = probe_decoder(sample, threads=1, sizes=(2**16,))
     assert "decode_speedup" not in {name for name, _, _ in one.spread}  # one thread: nothing measured
     from xarray_zarrmax.advise import calibrate

@@ -30,7 +30,7 @@ from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
-from xarray_zarrmax.advise.repeats import Measured, paired_ratio, settle, timed
+from xarray_zarrmax.advise.repeats import Measured, nondecreasing, paired_ratios, settle, timed
 from xarray_zarrmax.config import get_config, set_config
 from xarray_zarrmax.core.redact import redact, scrubbed, secrets_in, url_secrets
 from xarray_zarrmax.errors import StoreAccessError
@@ -408,7 +408,7 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = PROBE_LE
     reader's decode of it into an output array (`settle`: at least ``repeats`` times, the median): as one
     chunk, and cut into chunks of each of ``sizes`` below its size (every whole piece of the sample, so each
     size decodes the same values). Then the speedup of our decode pool on ``threads`` threads (default
-    ``config.threads``) over one (`probe_decode_speedup`)."""
+    ``config.threads``) over one, per chunk size (`probe_decode_speedups`)."""
     from numcodecs import Zstd
 
     from xarray_zarrmax.codecs.decode import ChunkCodec
@@ -444,49 +444,53 @@ def probe_decoder(sample: np.ndarray, *, level: int = 3, repeats: int = PROBE_LE
     speedup_curve: tuple[tuple[int, float], ...] = ()
     if pool > 1:
         # per chunk size up to the sample's (at least one): the largest's is the point, its quartiles the spread
-        pieces = [size for size in sorted(set(SPEEDUP_SIZES)) if size < raw.nbytes] + [
-            min(raw.nbytes, max(SPEEDUP_SIZES))]
-        ratios = {piece: probe_decode_speedup(raw, codec, pool, repeats=repeats, piece=piece)
-                  for piece in sorted(set(pieces))}
+        pieces = sorted({*(size for size in SPEEDUP_SIZES if size < raw.nbytes), min(raw.nbytes, max(SPEEDUP_SIZES))})
+        ratios = dict(zip(pieces, probe_decode_speedups(raw, codec, pool, pieces, repeats=repeats), strict=True))
         top = ratios[max(ratios)]
-        speedup = ((pool, top.median),)
-        speedup_curve = tuple((piece, r.median) for piece, r in ratios.items())
-        spread += (("decode_speedup", top.low, top.high),)
+        # nondecreasing in the chunk size, as it must be (the largest's median may move down with smaller ones)
+        fitted = nondecreasing([r.median for r in ratios.values()])
+        speedup = ((pool, fitted[-1]),)
+        speedup_curve = tuple(zip(ratios, fitted, strict=True))
+        spread += (("decode_speedup", min(top.low, fitted[-1]), max(top.high, fitted[-1])),)  # holding the point
     return DecoderProbe(whole.median, encoded / raw.nbytes, curve, speedup, spread, speedup_curve)
 
 
-def probe_decode_speedup(raw: np.ndarray, codec: Any, threads: int, *, nbytes: int = SPEEDUP_BYTES,
-                         repeats: int = PROBE_LEAST, piece: int = 1 << 20) -> Measured:
+def probe_decode_speedups(raw: np.ndarray, codec: Any, threads: int, pieces: Sequence[int], *,
+                          nbytes: int = SPEEDUP_BYTES, repeats: int = PROBE_LEAST) -> list[Measured]:
     """How many times faster our decode pool on ``threads`` threads decodes ``nbytes`` than the calling thread
-    alone, as a local read of that many bytes is decoded (`local_reads.local_jobs`: jobs of about
-    `tuning.JOB_BYTES`, at least one per thread, on `loop.run_batches`): ``raw``'s bytes in frames of ``piece``
-    (at most the sample's size; chunks of that size), repeated to ``nbytes``. Measured, not assumed: 1.1-1.35x
-    at 2 threads here, not 2x (issue 42), and less for small chunks (per-chunk work holds the GIL); each ratio
-    of the two back to back (`paired_ratio`), their median and quartiles (at least 1e-3: a time's ratio). On a
-    shared machine it moved between 0.8x and 2x from one run to the next: the quartiles are its spread."""
+    alone, in chunks of each of ``pieces``, as a local read of that many bytes is decoded
+    (`local_reads.local_jobs`: jobs of about `tuning.JOB_BYTES`, at least one per thread, on
+    `loop.run_batches`): ``raw``'s bytes in frames of the piece (at most the sample's size), repeated to
+    ``nbytes``. Measured, not assumed: 1.1-1.35x at 2 threads here, not 2x (issue 42), and less for small chunks
+    (per-chunk work holds the GIL). Each ratio is of the two back to back, the sizes in rounds
+    (`paired_ratios`: each size meets the same load); their medians and quartiles (at least 1e-3: a time's
+    ratio). On a shared machine the speedup moved between 0.8x and 2x from one run to the next: the quartiles
+    are its spread."""
     from xarray_zarrmax.codecs.decode import ChunkCodec
     from xarray_zarrmax.core.loop import decode_pool, run_batches
     from xarray_zarrmax.read.work import split_batches
 
-    piece = max(1, min(raw.nbytes, piece))
-    frames = [codec.encode(raw[i:i + piece]) for i in range(0, raw.nbytes - piece + 1, piece)]
-    count = max(1, nbytes // piece)
-    work = [(i, frames[i % len(frames)]) for i in range(count)]
-    out = np.empty(count * piece, dtype=np.uint8)
-    chunk = ChunkCodec((piece,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
+    def pair(piece: int) -> tuple[Callable[[], float], Callable[[], float]]:
+        piece = max(1, min(raw.nbytes, piece))
+        frames = [codec.encode(raw[i:i + piece]) for i in range(0, raw.nbytes - piece + 1, piece)]
+        count = max(1, nbytes // piece)
+        work = [(i, frames[i % len(frames)]) for i in range(count)]
+        out = np.empty(count * piece, dtype=np.uint8)
+        chunk = ChunkCodec((piece,), np.dtype("u1"), np.dtype("u1"), None, ("zstd",))
 
-    def decode(batch: Sequence[tuple[int, bytes]]) -> None:
-        for i, frame in batch:
-            chunk.decode_into(frame, out[i * piece:(i + 1) * piece], "the decoder probe")
+        def decode(batch: Sequence[tuple[int, bytes]]) -> None:
+            for i, frame in batch:
+                chunk.decode_into(frame, out[i * piece:(i + 1) * piece], "the decoder probe")
 
-    jobs = max(threads, -(-count * piece // JOB_BYTES))
-    batches = split_batches(work, jobs)
+        batches = split_batches(work, max(threads, -(-count * piece // JOB_BYTES)))
+        return (lambda: timed(lambda: decode(work))), (lambda: timed(lambda: run_batches(decode, batches)))
+
+    pairs = [pair(piece) for piece in pieces]
     with set_config(threads=threads):
         decode_pool()  # started before the timing, as a reader's pool is
-        ratio = paired_ratio(lambda: timed(lambda: decode(work)), lambda: timed(lambda: run_batches(decode, batches)),
-                             least=repeats)
-    return Measured(max(ratio.median, 1e-3), max(ratio.low, 1e-3), max(ratio.high, 1e-3), ratio.count,
-                    max(ratio.best, 1e-3))
+        ratios = paired_ratios(pairs, least=repeats)
+    return [Measured(max(r.median, 1e-3), max(r.low, 1e-3), max(r.high, 1e-3), r.count, max(r.best, 1e-3))
+            for r in ratios]
 
 
 def probe_reader(sample: np.ndarray, *, chunk_elements: int = 64, chunks: int = 512,
