@@ -314,7 +314,6 @@ def test_the_store_probe_repeats_and_records_a_spread(tmp_path: Path) -> None:
 
 def test_the_decoder_probe_reports_the_speedups_quartiles() -> None:
     from xarray_zarrmax.advise.probe import probe_decoder
-
     from xarray_zarrmax.tuning import SPEEDUP_SIZES
 
     sample = np.random.default_rng(0).normal(size=2**18).astype("f4")  # 1 MiB
