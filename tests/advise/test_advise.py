@@ -438,7 +438,7 @@ def test_decode_curve_is_sorted_checked_and_hashable() -> None:
         Costs(decode_curve=((4096, 4e8), (65536, 1.2e9))))
     assert decode_rate(costs.decode_curve, 4096, 1.0) == pytest.approx(4e8)
     with pytest.raises(ValueError, match=re.escape("expected decode_curve points (chunk bytes > 0, bytes/s > 0). "
-                                                   "Got ((4096, 0.0),) instead.")):
+                                                   "Got (4096, 0.0) in ((4096, 0.0),) instead.")):
         Costs(decode_curve=((4096, 0.0),))
 
 

@@ -288,6 +288,7 @@ def test_measurements_meant_to_be_compared_are_taken_in_rounds_under_the_same_lo
     counted = settle_together([lambda: next(steady), lambda: next(wild)], least=5, most=12, spread=0.1,
                               cap_s=1e9, clock=itertools.count().__next__)
     assert [m.count for m in counted] == [12, 12]  # the wild one keeps both going, to the most
+    assert settle_together([]) == []
 
 
 @pytest.mark.parametrize(("values", "fitted"), [
@@ -371,16 +372,64 @@ def test_the_speedups_spread_is_carried_into_the_pools_decode_and_its_ties() -> 
     assert narrow.best.layout == two and narrow.tied == (narrow.best,)
     assert "decode_pool" not in single and "decode_bps" in single  # one thread: the rate's spread alone
     assert "quartiles x0.50-2.00 on 2" in str(wide)
+    curved = replace(speedup_costs((0.5, 2.0)), speedup_curve=((400, 1.2), (40_000, 1.8)))
+    with set_config(threads=2):
+        shown = str(advise(ds, mix, costs=curved, layouts=[one, two], progress=False))
+    assert "decode x1.80 on 2 threads, x1.20 in 400 B chunks" in shown  # not "0 kB"
 
 
-@pytest.mark.parametrize(("spread", "points", "message"), [
-    ((("decode_speedup", 1.0, 2.0),), (), "decode_speedup points for the spread"),
-    ((("decode_speedup", 0.0, 2.0),), ((2, 1.5),), "a rate's low above 0"),
-    ((), (), "decode_speedup points for a speedup_curve"),
+@pytest.mark.parametrize(("fields", "error", "message"), [
+    ({"spread": (("decode_speedup", 1.0, 2.0),)}, AdviceInputError, "decode_speedup points for the spread"),
+    ({"spread": (("decode_speedup", 0.0, 2.0),), "decode_speedup": ((2, 1.5),)}, AdviceInputError,
+     "a rate's low above 0"),
+    ({"spread": (("decode_speedup", True, 2.0),), "decode_speedup": ((2, 1.5),)}, AdviceTypeError,
+     r"Got \('decode_speedup', True, 2.0\)"),
+    ({"speedup_curve": ((16 << 10, 1.1),)}, AdviceInputError, "decode_speedup points for a speedup_curve"),
+    ({"speedup_curve": ((16 << 10, 1.1),), "decode_speedup": ((1, 1.1),)}, AdviceInputError,
+     "decode_speedup points for a speedup_curve"),
+    ({"speedup_curve": ((16 << 10, 1.1), (1 << 20, 1.2)), "decode_speedup": ((2, 1.5),)}, AdviceInputError,
+     "largest size at decode_speedup's last point"),
+    ({"speedup_curve": ((1024, 1.0), (1024, 1.5)), "decode_speedup": ((2, 1.5),)}, AdviceInputError, "each once"),
+    ({"speedup_curve": ((1024, True),), "decode_speedup": ((2, 1.5),)}, AdviceTypeError, r"Got \(1024, True\)"),
+    ({"speedup_curve": (("1024", 1.5),), "decode_speedup": ((2, 1.5),)}, AdviceTypeError, r"Got \('1024', 1.5\)"),
+    ({"speedup_curve": ((1024.5, 1.5),), "decode_speedup": ((2, 1.5),)}, AdviceInputError, "1024.5"),
+    ({"speedup_curve": ((math.inf, 1.5),), "decode_speedup": ((2, 1.5),)}, AdviceInputError, "inf"),
 ])
-def test_a_speedup_spread_is_checked(spread: Any, points: Any, message: str) -> None:
-    with pytest.raises(AdviceInputError, match=message):
-        Costs(decode_speedup=points, spread=spread, speedup_curve=((16 << 10, 1.1),) if not spread else ())
+def test_a_speedup_and_its_spread_are_checked(fields: dict[str, Any], error: type[Exception], message: str) -> None:
+    """Each bad value named, never taken as something else (``True`` as 1, ``"1024"`` as 1024) nor a bare
+    OverflowError; a curve must agree with the point it refines."""
+    with pytest.raises(error, match=message):
+        Costs(**fields)
+
+
+def test_fewer_threads_never_gain_more_and_wide_spreads_stay_finite() -> None:
+    from xarray_zarrmax.advise.model import could_beat
+
+    costs = Costs(decode_speedup=((2, 1.3), (4, 2.0)), speedup_curve=((16 << 10, 1.1), (1 << 20, 2.0)))
+    small = [costs.speedup(n, 16 << 10) for n in (1, 2, 3, 4, 8)]
+    large = [costs.speedup(n, 1 << 20) for n in (1, 2, 3, 4, 8)]
+    assert small == [1.0, 1.1, 1.1, 1.1, 1.1] and large == pytest.approx([1.0, 1.3, 1.65, 2.0, 2.0])
+    wide = Costs(decode_bps=1e9, decode_speedup=((2, 1.5),),
+                 spread=(("decode_bps", 1e-290, 2e9), ("decode_speedup", 1e-10, 2.0)))
+    assert all(math.isfinite(f) for f in wide.factors()["decode_pool"])
+    terms = {"latency_s": 1.0, "decode_pool": 0.5, "decode_bps": 0.0}
+    assert could_beat(terms, terms, wide)  # a layout ties with itself, whatever the spread
+
+
+def test_both_decode_terms_take_one_decode_rate_in_a_tie() -> None:
+    """A local read under JOB_BYTES decodes on one thread ("decode_bps"), a larger one on the pool
+    ("decode_pool"): both at the decode rate. One layout decodes more at every rate within the spread (the pool
+    gains nothing here): not tied, whatever the rate, though each term alone could be taken at another end."""
+    ds = xr.Dataset({"v": (("y", "x"), np.zeros((1024, 1024), dtype="f4"))})
+    costs = Costs(latency_s=0.0, request_bps=1e12, aggregate_bps=1e12, decode_bps=1e9, local=True,
+                  decode_speedup=((2, 1.0),), spread=(("decode_bps", 0.5e9, 2e9),))
+    small, whole = Layout((8, 1024)), Layout((1024, 1024))
+    with set_config(threads=2):
+        report = advise(ds, {"rows": (1.0, {"y": slice(0, 1000)})}, costs=costs, layouts=[small, whole],
+                        progress=False)
+    terms = {c.layout: c.terms for c in report.candidates}
+    assert "decode_bps" in terms[small] and "decode_pool" in terms[whole]
+    assert report.best.layout == small and report.tied == (report.best,)
 
 
 def tie_costs(request_bps: tuple[float, float] = (0.5e6, 1e7),

@@ -327,8 +327,9 @@ def test_too_many_long_dimensions_are_refused_naming_the_limit() -> None:
      "expected Costs ratio as a positive ratio of encoded to decoded bytes. Got nan instead."),
     ({"decode_curve": 5}, AdviceTypeError,
      "expected decode_curve points (chunk bytes > 0, bytes/s > 0). Got 5 (int) instead."),
-    ({"decode_curve": [(4096, "fast")]}, AdviceInputError,
-     "expected decode_curve points (chunk bytes > 0, bytes/s > 0). Got [(4096, 'fast')] instead."),
+    ({"decode_curve": [(4096, "fast")]}, AdviceTypeError,  # a str, as for decode_bps: the wrong type
+     "expected decode_curve points (chunk bytes > 0, bytes/s > 0). Got (4096, 'fast') (tuple) in [(4096, 'fast')] "
+     "instead."),
 ])
 def test_costs_name_what_was_wrong(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
     """Was: a ZeroDivisionError deep in the model (request_bps=0), or negative predicted seconds."""

@@ -131,6 +131,24 @@ def test_could_tie_agrees_with_the_models_tie_on_exact_terms(local: bool) -> Non
     assert (could_tie(rows * 0.5, fastest.terms, costs) >= tied).all()
 
 
+def test_could_tie_takes_both_decode_terms_at_one_rate_as_the_model_does() -> None:
+    """Rows paying the decode on one thread and on the pool in any mix (a local mix holds both), against a best
+    that pays them otherwise: `could_tie` is `could_beat` on exact terms, and says yes at least as often on
+    less. Taken each at its own end of the rate's spread, 1,000 random rows disagree."""
+    rng = np.random.default_rng(5)
+    costs = Costs(latency_s=0.01, decode_bps=1e9, decode_speedup=((2, 1.5),),
+                  spread=(("latency_s", 0.009, 0.011), ("decode_bps", 5e8, 2e9), ("decode_speedup", 1.0, 1.9)))
+    best = {"latency_s": 0.1, "decode_bps": 0.02, "decode_pool": 0.05}
+    rows = np.zeros((1000, len(TERMS)))
+    rows[:, TERMS.index("latency_s")] = 0.1
+    for name in ("decode_bps", "decode_pool"):
+        rows[:, TERMS.index(name)] = rng.uniform(0, 0.1, 1000) * rng.integers(0, 2, 1000)
+    tied = could_tie(rows, best, costs)
+    assert list(tied) == [could_beat(dict(zip(TERMS, row, strict=True)), best, costs) for row in rows]
+    assert 100 < tied.sum() < 900
+    assert (could_tie(rows * 0.5, best, costs) >= tied).all()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_the_search_costs_the_fastest_and_every_layout_tied_with_it(seed: int) -> None:
     """Against costing the whole grid: the search's fastest is at least as fast as the grid's, and every layout

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.advise.validate import nonnegative_number, positive_number, shown
+from xarray_zarrmax.advise.validate import is_real, nonnegative_number, positive_number, shown
 from xarray_zarrmax.core.geometry import Selection, task_chunks
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
 from xarray_zarrmax.tuning import JOB_BYTES
@@ -117,9 +118,10 @@ class Costs:
     #                         the decoder probe measured our decode pool: 1.1-1.35 at 2 threads, not 2. Empty:
     #                         not measured, taken as ideal (``threads``)
     speedup_curve: tuple[tuple[int, float], ...] = ()  # (decoded bytes of a chunk, speedup) at a few chunk
-    #                         sizes, ascending, on ``decode_speedup``'s last point's threads: a pool decoding 16 kB
-    #                         chunks gained 1.1x where 1 MB ones gained 1.5x (per-chunk work holds the GIL).
-    #                         Empty: ``decode_speedup`` at any size
+    #                         sizes, ascending, on ``decode_speedup``'s last point's threads (its largest size's
+    #                         speedup is that point's): a pool decoding 16 kB chunks gained 1.1x where 1 MB ones
+    #                         gained 1.5x (per-chunk work holds the GIL); fewer threads gain no more. Empty:
+    #                         ``decode_speedup`` at any size
     spread: tuple[tuple[str, float, float], ...] = ()  # (cost, low, high): the quartiles of a probe's repeated
     #                         measurements of that cost; predictions carry them as intervals. Empty: exact.
     #                         "decode_speedup": the quartiles of the speedup at ``decode_speedup``'s last point
@@ -143,12 +145,16 @@ class Costs:
                                    f"{speedup!r} instead.")
         object.__setattr__(self, "decode_speedup", speedup)
         curve = _points("speedup_curve", self.speedup_curve, "(chunk bytes > 0, speedup > 0)", math.inf)
-        if curve and not speedup:
+        if curve and not any(n > 1 for n, _ in speedup):
             raise AdviceInputError("expected Costs decode_speedup points for a speedup_curve (measured on the last "
-                                   "point's threads). Got no points instead.")
+                                   f"point's threads, above 1). Got {shown(speedup)} instead.")
+        if curve and not math.isclose(curve[-1][1], speedup[-1][1], rel_tol=1e-9):
+            raise AdviceInputError(f"expected Costs speedup_curve's largest size at decode_speedup's last point "
+                                   f"(x{speedup[-1][1]:.6g}: the point is the speedup of large chunks). Got "
+                                   f"x{curve[-1][1]:.6g} at {curve[-1][0]} bytes instead.")
         object.__setattr__(self, "speedup_curve", curve)
         object.__setattr__(self, "spread", _spread(self.spread))
-        if any(name == "decode_speedup" for name, _, _ in self.spread) and not speedup:
+        if any(name == "decode_speedup" for name, _, _ in self.spread) and not any(n > 1 for n, _ in speedup):
             raise AdviceInputError("expected Costs decode_speedup points for the spread of decode_speedup (the "
                                    "quartiles of the speedup at its last point). Got no points instead.")
 
@@ -167,30 +173,35 @@ class Costs:
     def speedups(self, threads: int, chunk_bytes: np.ndarray) -> np.ndarray:
         """How many times faster ``threads`` threads decode chunks of each of ``chunk_bytes`` than one:
         ``decode_speedup`` (linear between its points, its last point's beyond them: no more than was measured),
-        its last point at each chunk size from ``speedup_curve`` (linear in the logarithm of the size between
-        two probed sizes, the end's beyond either end); ``threads`` when not measured."""
+        at most ``speedup_curve``'s at that size (linear in the logarithm of the size between two probed sizes,
+        the end's beyond either end; measured on the last point's threads, so fewer threads gain no more);
+        ``threads`` when not measured."""
         sizes = np.asarray(chunk_bytes, dtype=np.float64)
         if threads <= 1:
             return np.ones(sizes.shape)
         if not self.decode_speedup:
             return np.full(sizes.shape, float(threads))
-        *inner, (top, last) = ((1, 1.0), *((n, s) for n, s in self.decode_speedup if n > 1))
-        at_top = (np.interp(np.log(np.maximum(sizes, 1.0)), [math.log(n) for n, _ in self.speedup_curve],
-                            [s for _, s in self.speedup_curve]) if self.speedup_curve
-                  else np.full(sizes.shape, last))
-        if threads >= top:
-            return at_top  # type: ignore[no-any-return]
-        (below, low), *_ = [(n, s) for n, s in reversed(inner) if n <= threads]
-        above = [(n, s) for n, s in inner if n > threads]
-        if above:
-            (n, s), = above[:1]
-            return np.full(sizes.shape, float(np.interp(threads, [below, n], [low, s])))
-        return low + (at_top - low) * (threads - below) / (top - below)  # type: ignore[no-any-return]
+        points = ((1, 1.0), *((n, s) for n, s in self.decode_speedup if n > 1))
+        at = np.full(sizes.shape, float(np.interp(threads, [n for n, _ in points], [s for _, s in points])))
+        if not self.speedup_curve:
+            return at
+        curve = np.interp(np.log(np.maximum(sizes, 1.0)), [math.log(n) for n, _ in self.speedup_curve],
+                          [s for _, s in self.speedup_curve])
+        return np.minimum(at, curve)  # type: ignore[no-any-return]
+
+    def speedup_factors(self) -> tuple[float, float]:
+        """The factors (low, high) the pool's decode time takes at the two ends of the speedup's spread
+        (``spread``'s "decode_speedup", quartiles at ``decode_speedup``'s last point): (1, 1) without one."""
+        for name, low, high in self.spread:
+            if name == "decode_speedup":
+                at = self.decode_speedup[-1][1]  # the time scales as 1 / speedup
+                return at / high, min(at / low, sys.float_info.max)
+        return 1.0, 1.0
 
     def factors(self) -> dict[str, tuple[float, float]]:
         """Per term with a spread: the factors (low, high) it takes at the two ends of its costs' (a rate's high
         end gives the low time). "decode_pool", the decode on the decode pool, takes the decode rate's and the
-        speedup's (``spread``'s "decode_speedup", quartiles at ``decode_speedup``'s last point) together."""
+        speedup's (`speedup_factors`) together; both decode terms share the rate's (`could_beat`)."""
         out = {}
         for name, low, high in self.spread:
             if name == "decode_speedup":
@@ -200,13 +211,10 @@ class Costs:
                 continue  # a term of a zero cost is zero at any factor
             out[name] = (value / high, value / low if low > 0 else math.inf) if name in RATE_COSTS else (
                 low / value, high / value)
-        pool = out.get("decode_bps", (1.0, 1.0))
-        for name, low, high in self.spread:
-            if name == "decode_speedup":
-                at = self.decode_speedup[-1][1]  # the pool's time scales as 1 / speedup
-                pool = (pool[0] * at / high, pool[1] * at / low)
-        if pool != (1.0, 1.0):
-            out["decode_pool"] = pool
+        rate, speed = out.get("decode_bps", (1.0, 1.0)), self.speedup_factors()
+        if (rate, speed) != ((1.0, 1.0), (1.0, 1.0)):
+            # finite: two wide spreads multiplied could make an infinite factor, and 0 x inf a NaN time
+            out["decode_pool"] = (rate[0] * speed[0], min(rate[1] * speed[1], sys.float_info.max))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,16 +280,21 @@ class Costs:
 
 
 def _points(name: str, points: Any, what: str, top: float) -> tuple[tuple[int, float], ...]:
-    """``(n, value)`` pairs as sorted tuples of (int, float), each above 0 and finite."""
+    """``(n, value)`` pairs as sorted tuples of (int, float): n a whole number above 0, value a real number above
+    0 and below ``top``, each n once (no bools or strings: ``True`` is no size anyone means)."""
     expected = f"expected {name} points {what}"
     try:
-        out = tuple(sorted((int(n), float(r)) for n, r in points))
-    except TypeError:
+        pairs = [(n, r) for n, r in points]
+    except (TypeError, ValueError):
         raise AdviceTypeError(f"{expected}. Got {shown(points, typed=True)} instead.") from None
-    except ValueError:
-        raise AdviceInputError(f"{expected}. Got {shown(points)} instead.") from None
-    if any(n <= 0 or not 0 < r < top for n, r in out):
-        raise AdviceInputError(f"{expected}. Got {out!r} instead.")
+    for n, r in pairs:
+        if not (is_real(n) and is_real(r)):
+            raise AdviceTypeError(f"{expected}. Got {shown((n, r), typed=True)} in {shown(points)} instead.")
+        if not (math.isfinite(n) and n == int(n) and n > 0 and 0 < r < top):
+            raise AdviceInputError(f"{expected}. Got {shown((n, r))} in {shown(points)} instead.")
+    out = tuple(sorted((int(n), float(r)) for n, r in pairs))
+    if len({n for n, _ in out}) < len(out):
+        raise AdviceInputError(f"{expected}, each once. Got {shown(points)} instead.")
     return out
 
 
@@ -290,9 +303,13 @@ def _spread(spread: Any) -> tuple[tuple[str, float, float], ...]:
     expected = (f"expected Costs spread as (cost, low, high) triples, cost one of "
                 f"{sorted((*SECONDS_COSTS, *RATE_COSTS, 'decode_speedup'))} and 0 <= low <= high")
     try:
-        out = tuple(sorted((str(name), float(low), float(high)) for name, low, high in spread))
+        triples = [(name, low, high) for name, low, high in spread]
     except (TypeError, ValueError):
         raise AdviceTypeError(f"{expected}. Got {shown(spread, typed=True)} instead.") from None
+    for name, low, high in triples:
+        if not (isinstance(name, str) and is_real(low) and is_real(high)):
+            raise AdviceTypeError(f"{expected}. Got {shown((name, low, high), typed=True)} instead.")
+    out = tuple(sorted((name, float(low), float(high)) for name, low, high in triples))
     for name, low, high in out:
         if name not in (*SECONDS_COSTS, *RATE_COSTS, "decode_speedup") or not 0 <= low <= high < math.inf:
             raise AdviceInputError(f"{expected}. Got {(name, low, high)!r} instead.")
@@ -423,14 +440,22 @@ def could_beat(terms: Mapping[str, float], best: Mapping[str, float], costs: Cos
     spread: both pay the same costs, so the difference of each term is scaled by one factor, chosen as low
     where this one pays more of it and as high where it pays less (the difference is linear in the factors,
     so its least value lies at such a corner). Stricter than overlapping intervals, which let each layout
-    draw its own latency."""
+    draw its own latency. The two decode terms share one decode rate (and the pool's, the speedup too): their
+    difference is taken at the four corners of the two, as one."""
     factors = costs.factors()
     least = 0.0
-    for name in set(terms) | set(best):
+    for name in (set(terms) | set(best)) - set(DECODE_TERMS):
         diff = terms.get(name, 0.0) - best.get(name, 0.0)
         low, high = factors.get(name, (1.0, 1.0))
         least += diff * (low if diff > 0 else high)
+    one, pool = (terms.get(name, 0.0) - best.get(name, 0.0) for name in DECODE_TERMS)
+    least += min(one * r + pool * r * p for r in factors.get("decode_bps", (1.0, 1.0))
+                 for p in costs.speedup_factors())
     return least <= 1e-12 * max(1.0, sum(best.values()))
+
+
+#: The terms of the decode, on one thread and on the pool: they share the decode rate (`could_beat`)
+DECODE_TERMS = ("decode_bps", "decode_pool")
 
 
 def task_memory(shape: Sequence[int], layout: Layout, itemsize: int, ratio: float, task_bytes: int) -> int:

@@ -63,6 +63,8 @@ def settle_together(measures: Sequence[Callable[[], float]], *, least: int = PRO
     load (a curve over chunk sizes measured one size after the other drew its shape from the load's drift:
     1.8x at 64 kB, 1.0x at 256 kB, 1.7x at 1 MiB). Rounds until each has settled, or ``most`` rounds, or
     ``cap_s`` seconds a measurement have passed."""
+    if not measures:
+        return []
     values: list[list[float]] = [[] for _ in measures]
     start = clock()
     while True:

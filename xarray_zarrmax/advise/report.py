@@ -113,8 +113,9 @@ class AdviceReport:
         stored = f", stored as {self.dtype}" if self.dtype else ""
         quartiles = next((f" (quartiles x{lo:.2f}-{hi:.2f} on {c.decode_speedup[-1][0]})"
                           for name, lo, hi in c.spread if name == "decode_speedup"), "")
-        curve = (f", x{c.speedup(self.reader.threads, c.speedup_curve[0][0]):.2f} in "
-                 f"{c.speedup_curve[0][0] / 1e3:.0f} kB chunks" if c.speedup_curve else "")
+        # the smallest size probed, when the curve has more than the large chunks' point
+        first = c.speedup_curve[0][0] if len(c.speedup_curve) > 1 else None
+        curve = (f", x{c.speedup(self.reader.threads, first):.2f} in {_size(first)} chunks" if first else "")
         speedup = (f"; decode x{c.speedup(self.reader.threads):.2f} on {self.reader.threads} threads{curve}"
                    f"{quartiles}" if self.reader.threads > 1 else "")
         lines = [
@@ -150,3 +151,11 @@ class AdviceReport:
                          f"{self.best.score:.3g} s)")
         lines.append(f"best: {self.best.encoding}")
         return "\n".join(lines)
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` as people say it: 400 B, 16 kB, 1 MB."""
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"

@@ -16,7 +16,7 @@ import numpy as np
 from xarray_zarrmax.advise.bounds import TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import _sharded
 from xarray_zarrmax.advise.candidates import shardings as shardings_of
-from xarray_zarrmax.advise.model import Costs, Layout
+from xarray_zarrmax.advise.model import DECODE_TERMS, Costs, Layout
 from xarray_zarrmax.advise.probe import Progress
 
 
@@ -52,8 +52,9 @@ def layout_bounds(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray
 def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.ndarray:
     """Per row of ``rows`` (`SearchBounds.terms`: lower bounds of a layout's terms), whether a layout with
     those bounds could be tied with ``best`` (its `predict_terms`, weighted): `model.could_beat`'s least
-    difference over the spread's corners, which only grows with each term. A transfer whose rate is not known
-    ("transfer") is split between the two rates as gives the least."""
+    difference over the spread's corners (the two decode terms at the corners of their shared rate and the
+    speedup), which only grows with each term. A transfer whose rate is not known ("transfer") is split between
+    the two rates as gives the least."""
     factors = costs.factors()
     low = np.asarray([factors.get(name, (1.0, 1.0))[0] for name in TERMS])
     high = np.asarray([factors.get(name, (1.0, 1.0))[1] for name in TERMS])
@@ -62,8 +63,12 @@ def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.n
     own = np.asarray([best.get(name, 0.0) for name in TERMS])
     diff = rows - own[None]
     least = np.where(diff > 0, diff * low, diff * high)
-    least[:, [r, a, either]] = 0.0  # the transfer: below
+    one, pool = (TERMS.index(name) for name in DECODE_TERMS)
+    least[:, [r, a, either, one, pool]] = 0.0  # the transfer and the decode: below
     least = least.sum(axis=1)
+    # the two decode terms share one rate (the pool's, the speedup too): the least of the four corners
+    least = least + np.min([diff[:, one] * f + diff[:, pool] * f * s for f in factors.get("decode_bps", (1.0, 1.0))
+                            for s in costs.speedup_factors()], axis=0)
     extra = rows[:, either]
 
     def charged(x: np.ndarray) -> np.ndarray:  # x of the unknown transfer at request_bps, the rest at aggregate
