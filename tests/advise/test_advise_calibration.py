@@ -457,6 +457,19 @@ def test_layouts_within_the_spread_are_tied_and_ordered_by_requests() -> None:
     assert narrow.best.layout == two and narrow.tied == (narrow.best,)
 
 
+def test_the_report_names_the_first_ties_and_counts_the_rest() -> None:
+    """Twelve layouts of equal score (one decode rate, one stream for all, no latency): all tied, the report
+    names the first eight in the rule's order and counts the rest (a busy probe tied 1,264 in one line)."""
+    ds = xr.Dataset({"v": (("y", "x"), np.zeros((100, 100), dtype="f4"))})
+    layouts = [Layout((n, 100)) for n in (1, 2, 4, 5, 10, 20, 25, 50, 100)] + [Layout((100, n)) for n in (10, 20, 50)]
+    costs = Costs(latency_s=0.0, request_bps=1e9, aggregate_bps=1e9, decode_bps=1e9)
+    report = advise(ds, {"all": (1.0, {"y": slice(0, 100)})}, costs=costs, layouts=layouts, progress=False)
+    assert len(report.tied) == 12
+    (line,) = [line for line in str(report).splitlines() if line.startswith("tied:")]
+    named = ", ".join(str(c.layout) for c in report.tied[:8])
+    assert f"tied: 12 layouts are as fast as the best within the probe's spread ({named}, and 4 more)" in line
+
+
 def test_the_tie_rule_is_requests_then_bytes_then_memory() -> None:
     from xarray_zarrmax.advise.advisor import _tie_break
     from xarray_zarrmax.advise.model import Prediction

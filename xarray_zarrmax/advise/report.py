@@ -136,9 +136,11 @@ class AdviceReport:
                          + " ".join(f"{cand.predictions[n].seconds:>12.3f}" for n in names)
                          + ("  tied" if cand.tied else ""))
         if len(self.tied) > 1:
+            # a wide spread ties hundreds (1,264 on a busy machine's local probe): the first few, in the rule's order
+            named = ", ".join(str(t.layout) for t in self.tied[:TIES_NAMED])
+            more = f", and {len(self.tied) - TIES_NAMED} more" if len(self.tied) > TIES_NAMED else ""
             lines.append(f"tied: {len(self.tied)} layouts are as fast as the best within the probe's spread "
-                         f"({', '.join(str(t.layout) for t in self.tied)}); chosen by fewer requests, then "
-                         "fewer bytes, then less memory")
+                         f"({named}{more}); chosen by fewer requests, then fewer bytes, then less memory")
         if self.search is not None and self.search.complete:
             lines.append(f"search: {self.search.costed} layouts of the grid costed; every other one is proven "
                          "slower than the fastest and not tied with it")
@@ -159,3 +161,7 @@ def _size(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.3g} {unit}"
     return f"{nbytes} B"
+
+
+#: Tied layouts the report names (`AdviceReport.tied` holds them all)
+TIES_NAMED = 8
