@@ -46,14 +46,7 @@ def settle(measure: Callable[[], float], *, least: int = PROBE_LEAST, most: int 
     middle half of the values spans at most ``spread`` of their median, or ``most`` repeats, or ``cap_s``
     seconds of ``clock`` have passed. A busy machine moved one store cost 7x between single runs: a noisy
     measurement is repeated more, and its quartiles say how far to trust it."""
-    values: list[float] = []
-    start = clock()
-    while True:
-        values.append(float(measure()))
-        if len(values) < least:
-            continue
-        if len(values) >= most or measured(values).spread <= spread or clock() - start >= cap_s:
-            return measured(values)
+    return settle_together([measure], least=least, most=most, spread=spread, cap_s=cap_s, clock=clock)[0]
 
 
 def settle_together(measures: Sequence[Callable[[], float]], *, least: int = PROBE_LEAST, most: int = PROBE_MOST,
@@ -82,7 +75,7 @@ def paired_ratio(slow: Callable[[], float], fast: Callable[[], float], *, least:
     """How many times ``fast`` beats ``slow`` (two timings), each ratio of one run of each back to back, settled
     (`settle`): the load of a shared machine drifts between runs, so a ratio of two medians taken one after the
     other moved a decode speedup between 0.95x and 1.97x from one run to the next; a pair sees the same load."""
-    return settle(lambda: slow() / max(fast(), 1e-9), least=least)
+    return paired_ratios([(slow, fast)], least=least)[0]
 
 
 def paired_ratios(pairs: Sequence[tuple[Callable[[], float], Callable[[], float]]], *,
