@@ -22,7 +22,7 @@ from xarray_zarrmax.advise import (
     pattern_selections,
     rank,
 )
-from xarray_zarrmax.advise.counting import capped_runs, coalesced_runs, count_read, morton_order
+from xarray_zarrmax.advise.counting import capped_runs, coalesced_runs, count_read
 from xarray_zarrmax.advise.model import (
     Costs,
     Layout,
@@ -31,6 +31,7 @@ from xarray_zarrmax.advise.model import (
     decode_rate,
     predict,
 )
+from xarray_zarrmax.advise.morton import morton_order
 from xarray_zarrmax.advise.probe import probe_decoder, probe_reader, probe_store
 from xarray_zarrmax.cli import main
 from xarray_zarrmax.codecs import sharding as shard

@@ -109,10 +109,12 @@ def test_the_shardings_of_every_chunk_shape_are_the_stated_multiples(shape: tupl
     once), sharded (more than one chunk a shard) and at most MAX_SHARD_CHUNKS a shard."""
     import itertools
 
-    from xarray_zarrmax.advise.candidates import chunk_grid, shard_multiples, shardings
+    from xarray_zarrmax.advise.candidates import chunk_grid, multiples, shard_multiples, shardings
 
     grid = chunk_grid(shape, 4)
-    owner, ks = shardings(grid, shape)
+    owner, ks, which = shardings(grid, shape)
+    # which of the multiples each dimension's is
+    np.testing.assert_array_equal(np.take_along_axis(multiples(grid, shape)[owner], which[:, :, None], 2)[:, :, 0], ks)
     for i in np.linspace(0, len(grid) - 1, 40).astype(int).tolist():
         fulls = [-(-n // int(c)) for n, c in zip(shape, grid[i], strict=True)]
         options = [sorted({1, 2, 8, full} & set(range(1, full + 1))) for full in fulls]

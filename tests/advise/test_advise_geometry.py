@@ -115,9 +115,9 @@ def test_pruning_never_drops_the_grids_optimum(seed: int) -> None:
 
 def test_the_bound_never_exceeds_the_prediction() -> None:
     """`SearchBounds` is a lower bound of every layout's score, on a grid of a small 3-D array."""
-    from xarray_zarrmax.advise.bounds import SearchBounds
+    from xarray_zarrmax.advise.bounds import RANGES, SearchBounds
     from xarray_zarrmax.advise.candidates import candidate_layouts
-    from xarray_zarrmax.advise.search import layout_bounds
+    from xarray_zarrmax.advise.search import LEVELS, layout_bounds
     shape, dims = (24, 13, 30), ("time", "lat", "lon")
     mix = {"timeseries": 1.0, "map": 1.0, "random-batch": 1.0}
     costs, reader = Costs(latency_s=1e-3, request_s=2e-5, chunk_s=1e-5, index_s=3e-5, ratio=0.4), Reader()
@@ -127,11 +127,11 @@ def test_the_bound_never_exceeds_the_prediction() -> None:
     layouts = list(candidate_layouts(shape, 4))[::7]
     scored = {c.layout: c.score for c in rank(shape, dims, 4, mix, costs=costs, reader=reader, batch=batch,
                                              layouts=layouts)}
-    for pairwise in (True, False):
-        low = layout_bounds(bounds, layouts) if pairwise else bounds.seconds(
-            np.asarray([lay.chunks for lay in layouts]), np.asarray([lay.outer for lay in layouts]),
+    rows = (np.asarray([lay.chunks for lay in layouts]), np.asarray([lay.outer for lay in layouts]),
             np.asarray([lay.shards is not None for lay in layouts]),
-            np.asarray([lay.chunks_per_object() for lay in layouts], dtype=float), pairwise=False)
+            np.asarray([lay.chunks_per_object() for lay in layouts], dtype=float))
+    for level in LEVELS[1:]:  # each level of a layout's own bound (LISTED: test_advise_search_proof.py)
+        low = layout_bounds(bounds, layouts) if level == RANGES else bounds.seconds(*rows, level)
         for layout, b in zip(layouts, low, strict=True):
             assert b <= scored[layout] * (1 + 1e-9), (layout, b, scored[layout])
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from xarray_zarrmax.advise.bounds import SearchBounds
-from xarray_zarrmax.advise.candidates import check_layouts, chunk_grid, neighbours
+from xarray_zarrmax.advise.candidates import candidate_layouts, check_layouts, chunk_grid, neighbours
 from xarray_zarrmax.advise.counting import count_read
 from xarray_zarrmax.advise.model import (
     Costs,
@@ -30,6 +30,7 @@ from xarray_zarrmax.advise.model import (
     could_beat,
     object_count,
     object_nbytes,
+    objects_meet,
     predict_range,
     predict_terms,
     task_memory,
@@ -169,8 +170,12 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
                 progress(steps + REFINE_STARTS * REFINE_STEPS - 1, total, "costing what could tie with the best")
             return min((c for c in costed.values() if c is not None), key=order)
 
+        def feasible(chunks: np.ndarray, outer: np.ndarray) -> np.ndarray:
+            return objects_meet(shape, itemsize, costs.ratio, outer, constraints.max_object_bytes,
+                                constraints.max_objects)
+
         outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
-                                   REFINE_STARTS)
+                                   REFINE_STARTS, feasible)
         kept = [c for c in costed.values() if c is not None]
     else:
         kept = []
@@ -184,7 +189,8 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
         if progress is not None:
             progress(total, total, "no layout meets the constraints")
         raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints,
-                                              list(costed) if searched else list(layouts or ())))
+                                              list(candidate_layouts(shape, itemsize)) if searched
+                                              else list(layouts or ())))
     if progress is not None and searched:
         progress(total, total, "costed")
     kept.sort(key=order)
@@ -271,7 +277,7 @@ def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes
                   if all(measures[o][0](lay) <= v for o, v in limits.items() if o != name)]
         if not others:
             continue  # the others already rule out every layout: they are reported
-        best = min(others, key=measure)
+        best = min(others, key=lambda lay: (measure(lay), lay.shards is not None))  # ties: unsharded first
         if measure(best) > limit:
             given = " with the other constraints" if len(limits) > 1 else ""
             problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "

@@ -10,10 +10,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xarray_zarrmax.advise.candidates import multiples
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
+from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 from xarray_zarrmax.advise.revisits import revisits
 from xarray_zarrmax.core.geometry import Selection
 from xarray_zarrmax.tuning import JOB_BYTES
+
+#: `SearchBounds`' levels of bound, each higher and slower than the one before. LISTED: a sharded layout as its chunk
+#: shape's bound of every sharding, raised by its own shards' objects and indexes (`SearchBounds.sharded_floor`).
+#: QUICK: objects counted in the first `_QUICK` selections of each pattern alone (one each for the rest), the
+#: bandwidth taken at its most, only the first selection taken as finding no index cached. PAIRWISE: every
+#: selection, each shard's index cached from its first touch on (`revisits`). RANGES: and the ranges each selection
+#: reads from a shard, merged or not (`ranged`)
+LISTED, QUICK, PAIRWISE, SAMPLED, RANGES = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,24 +88,24 @@ class SearchBounds:
                                          min(1.0, low.get("decode_bps", 1.0)), min(1.0, low.get("decode_pool", 1.0))])
 
     def seconds(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-                pairwise: bool = True) -> np.ndarray:
+                level: int = RANGES) -> np.ndarray:
         """The bound of each row's time, weighted over the mix: `terms` with each at the low end of its spread
         (and no more than its value: a bound of both the score and its low end)."""
-        return self.terms(chunks, outer, sharded, per_object, pairwise) @ self.key_factors
+        return self.terms(chunks, outer, sharded, per_object, level) @ self.key_factors
 
     def terms(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-              pairwise: bool = True) -> np.ndarray:
+              level: int = RANGES) -> np.ndarray:
         """``(k, len(TERMS))``: a lower bound of each term of `predict_terms`, weighted over the mix, for each
         row of ``chunks`` and ``outer`` (``(k, ndim)``). The transfer is put under the rate that bounds it where
-        the bounds of the requests tell which, else under "transfer". ``pairwise`` False: a quicker, lower one:
-        objects counted in the first `_QUICK` selections of each pattern alone (one each for the rest), the
-        bandwidth taken at its most, only the first selection taken as finding no index cached."""
+        the bounds of the requests tell which, else under "transfer". Each ``level`` is higher and slower than
+        the one before (`QUICK`, `PAIRWISE`, `RANGES`): the search takes a layout up level by level while it
+        could still win."""
         chunks = np.asarray(chunks, dtype=np.int64).reshape(-1, self.shape.size)
         outer = np.asarray(outer, dtype=np.int64).reshape(chunks.shape)
         total = np.zeros((chunks.shape[0], len(TERMS)))
         for pattern in self.patterns:
             windows = pattern.starts.shape[0]
-            rest = 0 if pairwise else max(0, windows - _QUICK)
+            rest = 0 if level >= PAIRWISE else max(0, windows - _QUICK)
             block = max(1, (1 << 21) // max(1, windows))  # rows x windows held at once
             for lo in range(0, chunks.shape[0], block):
                 hi = lo + block
@@ -103,8 +113,57 @@ class SearchBounds:
                 sums = self._chunk_sums(chunks[lo:hi], outer[lo:hi], pattern) if rest else None
                 total[lo:hi] += pattern.weight * self._pattern(
                     chunks[lo:hi], outer[lo:hi], np.asarray(sharded)[lo:hi], np.asarray(per_object)[lo:hi],
-                    pattern, windows - rest, pairwise, sums, rest)
+                    pattern, windows - rest, level, sums, rest)
         return total
+
+    def sharded_floor(self, floor: np.ndarray, chunks: np.ndarray, owner: np.ndarray,
+                      which: np.ndarray) -> np.ndarray:
+        """The `LISTED` bound of many sharded layouts, in O(ndim) a layout: ``floor`` (`terms` at `QUICK` of each
+        row of ``chunks`` with ``outer`` the array's shape: a bound of every sharding of that chunk shape at once)
+        raised by what each layout's own shards add at least. Per pattern, a selection's objects are a product
+        over dimensions of each dimension's; over the selections their sum (a request each) is at least their
+        count times the product of each dimension's geometric mean over them (AM-GM), and their most (shards
+        whose index is parsed, each its entries and bytes) at least that product, and a round trip each
+        `Reader.concurrency` of them; the first selection, when it reads its first shard by ranges, waits for the
+        shard's index (a round trip). ``owner``: each layout's row
+        of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per shard are."""
+        table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
+        picked = np.take_along_axis(table[owner], which[:, :, None], axis=2)[:, :, 0]
+        per_object = np.prod(picked.astype(np.float64), axis=1)
+        rows = floor[owner].copy()
+        requests, indexes, waits, waves = np.zeros((4, owner.size, len(self.patterns)))
+        for p, pattern in enumerate(self.patterns):
+            windows = pattern.starts.shape[0]
+            if windows == 0:
+                continue
+            logs, corner = np.zeros(owner.size), np.ones(owner.size)
+            for d in range(self.shape.size):
+                per = table[:, d, :, None]  # (m, 4, 1)
+                c = chunks[:, d, None, None]
+                first, last = pattern.starts[None, None, :, d] // c, (pattern.stops[None, None, :, d] - 1) // c
+                objects = last // per - first // per + 1  # (m, 4, windows): objects along d (of whole chunks)
+                logs += np.log(objects).mean(axis=2)[owner, which[:, d]]
+                # the first selection's chunks in its first object along d
+                ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
+                corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
+            mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
+            requests[:, p] = np.maximum(windows, windows * mean)
+            indexes[:, p] = np.maximum(1.0, mean)
+            # a wave of round trips per `concurrency` objects (`floor` took one a selection)
+            waves[:, p] = np.maximum(0.0, np.ceil(requests[:, p] / max(1, self.reader.concurrency) - 1e-9) - windows)
+            if not pattern.pointed[0].any():  # the first selection finds no index cached: by ranges, it waits
+                waits[:, p] = corner < self.reader.full_shard_fraction * per_object
+        weights = np.asarray([pattern.weight for pattern in self.patterns])
+        costs = self.costs
+        rows[:, 0] += (waits + waves) @ weights * costs.latency_s
+        rows[:, 1] = np.maximum(rows[:, 1], requests @ weights * costs.request_s)
+        rows[:, 2] = np.maximum(rows[:, 2], np.minimum(requests, self.reader.concurrency) @ weights * costs.connect_s)
+        rows[:, 3] = np.maximum(rows[:, 3], indexes @ weights * costs.index_s)
+        rows[:, 4] = np.maximum(rows[:, 4], indexes @ weights * per_object * costs.index_entry_s)
+        # each index's entries beyond the one `floor` counted, at the most bandwidth any read gets
+        most = min(costs.request_bps * max(1, self.reader.concurrency), costs.aggregate_bps)
+        rows[:, 8] += indexes @ weights * 16 * (per_object - 1) / most
+        return rows
 
     def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray, pattern: _Pattern) -> tuple[np.ndarray, np.ndarray]:
         """Per row, the chunks every selection touches and their stored fraction, summed over selections."""
@@ -175,10 +234,11 @@ class SearchBounds:
         return t, t - np.where(edge, 1.0 - (n % c) / c, 0.0)
 
     def _pattern(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-                 pattern: _Pattern, windows: int, pairwise: bool, sums: tuple[np.ndarray, np.ndarray] | None = None,
+                 pattern: _Pattern, windows: int, level: int, sums: tuple[np.ndarray, np.ndarray] | None = None,
                  rest: int = 0) -> np.ndarray:
         """One pattern's bound over its first ``windows`` selections; ``rest`` selections left out (each still
         one round trip and one request), ``sums`` the chunks and fractions of all of them."""
+        pairwise = level >= PAIRWISE
         starts, stops, pointed = pattern.starts[:windows], pattern.stops[:windows], pattern.pointed[:windows]
         k = chunks.shape[0]
         touched = np.ones((k, windows))
@@ -247,6 +307,7 @@ class SearchBounds:
         fresh[:, 0] = True
         indexes = np.where(sharded, objects.max(axis=1), 0.0)
         whole_extra = np.zeros(k)  # bytes of shards read whole beyond the chunks touched in them
+        gap_bytes = np.zeros(k)  # bytes between the chunks of the ranges merged
         index_bytes = 16 * per_object + (4 if self.reader.index_crc32c else 0)
         counted = np.zeros(0, dtype=np.int64)
         if pairwise and not pattern.points and windows:
@@ -262,6 +323,24 @@ class SearchBounds:
             indexes[counted] = found.first
             requests[counted] += found.ranged_first + found.parts
             whole_extra[counted] = found.whole_extra
+        if level >= SAMPLED and windows and sharded.any():
+            # the shards read by ranges: a request a gap too wide to merge, the bytes of each merged one (SAMPLED:
+            # of the first quarter of the selections, each adding to the count)
+            sampled = windows if level >= RANGES else max(1, windows // 4)
+            pointwise = {j: (dims, points) for j, dims, points in pattern.points}
+            boxes = [j for j in range(sampled) if j not in pointwise]
+            where = np.flatnonzero(sharded)
+            args = (chunk_enc[sharded], self.compressed, self.reader.full_shard_fraction, self.reader.coalesce_gap,
+                    self.reader.local, self.itemsize)
+            counts = [ranged_points(self.shape, chunks[sharded], outer[sharded], per_object[sharded], starts[j],
+                                    stops[j], dims, points, *args)
+                      for j, (dims, points) in pointwise.items() if j < sampled]
+            if boxes:
+                counts.append(ranged_runs(self.shape, chunks[sharded], outer[sharded], per_object[sharded],
+                                          starts[boxes], stops[boxes], *args))
+            for runs in counts:
+                requests[where[runs.rows]] += runs.requests
+                gap_bytes[where[runs.rows]] += runs.gap_bytes
         rows = (np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 and pairwise
                 else np.zeros(0, dtype=np.int64))
         rows = np.setdiff1d(rows, counted, assume_unique=True)
@@ -271,7 +350,7 @@ class SearchBounds:
         uncounted[counted] = False
         round_trips = round_trips + np.where(uncounted, (ranged & fresh).sum(axis=1), 0)
         nbytes = (np.maximum(0.0, chunk_enc * fraction_sum - 0.5 * chunk_count) if self.compressed
-                  else chunk_enc * chunk_count) + whole_extra
+                  else chunk_enc * chunk_count) + whole_extra + gap_bytes
         nbytes = nbytes + indexes * index_bytes  # each index read
         costs = self.costs
         # the bytes stream at most at request_bps per request in flight (and aggregate_bps in all); the most

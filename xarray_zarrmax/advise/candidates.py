@@ -83,19 +83,28 @@ def shard_multiples(chunks: Sequence[int], shape: Sequence[int]) -> np.ndarray:
     return np.concatenate([np.ones((1, len(shape)), dtype=np.int64), ks])
 
 
-def shardings(chunks: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The sharded layouts of many chunk shapes (rows of ``chunks``) at once: (the row each belongs to, its
-    chunks per shard), each row's together in `shard_multiples`' order (without its unsharded first)."""
-    ndim = chunks.shape[1]
+def multiples(chunks: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``(k, ndim, 4)``: per row of ``chunks`` and dimension, the chunks per shard of each of `_MULTIPLES` (1, 2,
+    8 and all)."""
     fulls = -(-np.asarray(shape, dtype=np.int64)[None] // chunks)  # (k, ndim) chunks along each dimension
+    return np.stack([np.ones_like(fulls), np.full_like(fulls, 2), np.full_like(fulls, 8), fulls], axis=2)
+
+
+def shardings(chunks: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sharded layouts of many chunk shapes (rows of ``chunks``) at once: (the row each belongs to, its
+    chunks per shard, and which of `multiples` each dimension's is), each row's together in `shard_multiples`'
+    order (without its unsharded first)."""
+    ndim = chunks.shape[1]
     # per dimension the options 1, 2, 8 and all, in that order: those past the dimension's length, and "all"
     # when it is one of the others, left out
-    options = np.stack([np.ones_like(fulls), np.full_like(fulls, 2), np.full_like(fulls, 8), fulls], axis=2)
+    options = multiples(chunks, shape)
+    fulls = options[:, :, 3]
     valid = options <= fulls[:, :, None]
     valid[:, :, 3] &= (fulls != 1) & (fulls != 2) & (fulls != 8)
     combos = np.indices((len(_MULTIPLES),) * ndim).reshape(ndim, -1).T  # (4^ndim, ndim), lexicographic
     dims = np.arange(ndim)[None, :]
     owners, found = [np.zeros(0, dtype=np.int64)], [np.zeros((0, ndim), dtype=np.int64)]
+    which = [np.zeros((0, ndim), dtype=np.int64)]
     step = max(1, (1 << 16) // len(combos))  # rows of chunk shapes at once: 4^ndim combinations each
     for a in range(0, chunks.shape[0], step):
         ks = options[a:a + step][:, dims, combos]  # (rows, combinations, ndim)
@@ -104,7 +113,8 @@ def shardings(chunks: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray, np.
         row, combo = np.nonzero(keep)  # row-major: each row's layouts together, in the combinations' order
         owners.append(a + row)
         found.append(ks[row, combo])
-    return np.concatenate(owners), np.concatenate(found)
+        which.append(combos[combo])
+    return np.concatenate(owners), np.concatenate(found), np.concatenate(which)
 
 
 def shard_options(chunks: Sequence[int], shape: Sequence[int]) -> list[Layout]:

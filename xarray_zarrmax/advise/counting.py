@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from xarray_zarrmax.advise.model import IndexCache, Layout, PointRead, ReadCounts, Reader
+from xarray_zarrmax.advise.morton import inverse, morton_permutation
 from xarray_zarrmax.core.geometry import Axis, Selection
 from xarray_zarrmax.tuning import MAX_WINDOW_OBJECTS, MODEL_CACHE_BYTES, PIECE_BYTES, STREAM_BYTES
 
@@ -43,48 +44,6 @@ class _ArrayCache:
 
 
 _CACHE = _ArrayCache(MODEL_CACHE_BYTES)
-
-
-def _morton_permutation(shape: tuple[int, ...]) -> np.ndarray:
-    """The flat (C-order) indices of a grid's cells in Morton order (see `morton_order`): their codes
-    (`_morton_codes`) sorted, by a running count over the codes' space when it is at most 4 times the cells
-    (each dimension rounds up to a power of two: up to 2^ndim times), which a sort would cost n log n for; else
-    by a sort (a 7-D grid of 5 a side spans 26x its cells)."""
-    codes = _morton_codes(shape)
-    if int(codes.max(initial=0)) + 1 > 4 * codes.size:
-        return np.argsort(codes)  # distinct codes: any sort gives the one order
-    present = np.zeros(int(codes.max(initial=0)) + 1, dtype=np.int64)
-    present[codes] = 1
-    return _inverse((np.cumsum(present) - 1)[codes])
-
-
-def _morton_codes(shape: tuple[int, ...]) -> np.ndarray:
-    """Each cell's Morton code, flat in C order: its coordinates' bits interleaved, lowest first and dimension
-    0 first at each bit, a dimension dropping out once its bits (those of its largest coordinate) are used up.
-    The code of a cell is the OR of its coordinates' parts, each built on one dimension's coordinates alone and
-    broadcast."""
-    bits = [(int(n) - 1).bit_length() for n in shape]
-    parts = [np.zeros(int(n), dtype=np.int64) for n in shape]
-    out_bit = 0
-    for bit in range(max(bits, default=0)):
-        for d, used in enumerate(bits):
-            if bit < used:
-                parts[d] |= ((np.arange(int(shape[d]), dtype=np.int64) >> bit) & 1) << out_bit
-                out_bit += 1
-    code = np.zeros(shape, dtype=np.int64)
-    for d, part in enumerate(parts):
-        code |= part.reshape([-1 if i == d else 1 for i in range(len(shape))])
-    return code.reshape(-1)
-
-
-def morton_order(shape: tuple[int, ...]) -> np.ndarray:
-    """Every coordinate of a grid of ``shape`` in zarr-python's Morton (Z) order, ``(n, ndim)``: sorted by a
-    code interleaving their bits, lowest first and dimension 0 first at each bit, a dimension dropping out
-    once its bits (those of its largest coordinate) are used up. zarr builds tuples of Python ints for it;
-    costing a search's layouts spent 70% of its time there."""
-    if not shape:
-        return np.zeros((1, 0), dtype=np.int64)  # a 0-d grid: its one coordinate
-    return np.stack(np.unravel_index(_morton_permutation(shape), shape), axis=-1).astype(np.int64)
 
 
 def _inside(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...]) -> np.ndarray | None:
@@ -135,10 +94,10 @@ def _stored_layout(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tupl
 def _lay_out(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,
              compressed: bool) -> tuple[np.ndarray, np.ndarray]:
     # the grid's Morton order, once per grid; per extent of a shard at the array's edge only work on its cells
-    order = _CACHE.get(("order", grid), lambda: _morton_permutation(grid))
+    order = _CACHE.get(("order", grid), lambda: morton_permutation(grid))
     fraction = _inside(grid, extents, chunks)
     if fraction is None:  # every chunk stored whole
-        rank = _CACHE.get(("ranks", grid), lambda: _inverse(order))
+        rank = _CACHE.get(("ranks", grid), lambda: inverse(order))
         return rank.reshape(grid), np.full(order.size, chunk_enc, dtype=np.int64)
     in_order = fraction.reshape(-1)[order]
     stored = in_order > 0
@@ -147,13 +106,6 @@ def _lay_out(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int,
     sizes = (np.maximum(1, np.round(in_order[stored] * chunk_enc)).astype(np.int64) if compressed
              else np.full(int(stored.sum()), chunk_enc, dtype=np.int64))
     return rank.reshape(grid), sizes
-
-
-def _inverse(order: np.ndarray) -> np.ndarray:
-    """The position of each index in the permutation ``order``."""
-    ranks = np.empty(order.size, dtype=np.int64)
-    ranks[order] = np.arange(order.size)
-    return ranks
 
 
 def _stored_ends(grid: tuple[int, ...], extents: tuple[int, ...], chunks: tuple[int, ...], chunk_enc: int,

@@ -477,7 +477,20 @@ def object_count(shape: Sequence[int], layout: Layout) -> int:
     return math.prod(-(-int(n) // o) for n, o in zip(shape, layout.outer, strict=True))
 
 
+def objects_meet(shape: Sequence[int], itemsize: int, ratio: float, outer: np.ndarray,
+                 max_object_bytes: int | None, max_objects: int | None) -> np.ndarray:
+    """Per row of ``outer`` (``(k, ndim)``: each layout's objects), whether its `object_nbytes` and
+    `object_count` are within the limits given (None: no limit), as those compute them."""
+    outer = np.asarray(outer, dtype=np.int64).reshape(-1, len(shape))
+    ok = np.ones(outer.shape[0], dtype=bool)
+    if max_object_bytes is not None:  # exact: the elements are whole numbers below 2^53
+        ok &= np.floor(itemsize * np.prod(outer.astype(np.float64), axis=1) * ratio) <= max_object_bytes
+    if max_objects is not None:
+        ok &= np.prod(-(-np.asarray(shape, dtype=np.float64)[None] // outer), axis=1) <= max_objects
+    return ok
+
+
 __all__ = ["Costs", "IndexCache", "Layout", "PointRead", "Prediction", "ReadCounts", "Reader",
            "could_beat",
            "decode_rate", "object_count",
-           "object_nbytes", "predict", "predict_range", "predict_terms", "task_memory"]
+           "object_nbytes", "objects_meet", "predict", "predict_range", "predict_terms", "task_memory"]

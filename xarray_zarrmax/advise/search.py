@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.advise.bounds import TERMS, SearchBounds
+from xarray_zarrmax.advise.bounds import LISTED, PAIRWISE, QUICK, RANGES, SAMPLED, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import _sharded
 from xarray_zarrmax.advise.candidates import shardings as shardings_of
 from xarray_zarrmax.advise.model import DECODE_TERMS, Costs, Layout
@@ -85,13 +85,15 @@ def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.n
 def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBounds,
                      cost: Callable[[Layout], Any], progress: Progress | None, total: int,
                      budget: int | None = None, polish: Callable[[list[Any]], Any] | None = None,
-                     starts: int = 1) -> SearchOutcome:
+                     starts: int = 1, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+                     ) -> SearchOutcome:
     """Cost the grid's layouts (``grid``: its chunk shapes; `candidates.shard_options` of each) that could be
     the fastest or tie with it, best first by their lower bound (`SearchBounds`).
 
     Every layout is bounded term by term (`SearchBounds.terms`, each term no more than the layout's): each chunk
     shape unsharded (its own bound) and sharded (a bound for every sharding at once: one object per window, one
-    index), and the sharded layouts of a chunk shape, listed together (first a quick bound, then each its own).
+    index), and the sharded layouts of a chunk shape, listed together (first a quick bound, then level by level up
+    to each its own, through `LEVELS`; each level higher and slower).
 
     1. A queue keyed by the sum of those terms (a bound of the predicted time) is taken from, least first, while
        its key is at most the ``starts``-th least score costed: so every layout that could be among the
@@ -101,51 +103,63 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
        could tie with the fastest (`could_tie`) within the slow end of its range; in no order: the fastest is
        known.
 
+    ``feasible(chunks, outer)``, if given, says which layouts (rows) may be costed at all: the others are never
+    bounded nor costed (a constraint on the layout alone, e.g. its object size).
+
     So what is never costed is slower than the fastest and cannot be tied with it
     (`tests/advise/test_advise_search_proof.py` checks it against the whole grid). It stops after costing
     ``budget`` layouts that meet the constraints (None: never), saying how far it got (`SearchOutcome`).
     """
     k = len(grid)
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
-    plain = bounds.terms(grid, grid, np.zeros(k, dtype=bool), np.ones(k), pairwise=False)
-    any_shard = bounds.terms(grid, whole, np.ones(k, dtype=bool), np.ones(k), pairwise=False)
+    plain = bounds.terms(grid, grid, np.zeros(k, dtype=bool), np.ones(k), QUICK)
+    any_shard = bounds.terms(grid, whole, np.ones(k, dtype=bool), np.ones(k), QUICK)
     # Entries (key, tie-breaker, what, index): what -1, chunk shape ``index`` unsharded; -2, its shardings,
     # not yet listed; b >= 0, the index-th layout of block b: sharded layouts listed together, sorted by their
-    # bound (quick, or refined), only the next of each block in the queue
+    # bound at the block's level, only the next of each block in the queue
     queue: list[tuple[float, int, int, int]] = []
     ticket = itertools.count()  # unique: the rest is never compared
+    meets = np.ones(k, dtype=bool) if feasible is None else feasible(grid, grid)
     for c, (p, a) in enumerate(zip(plain.sum(axis=1).tolist(), any_shard.sum(axis=1).tolist(), strict=True)):
-        queue.append((p, next(ticket), -1, c))
+        if meets[c]:
+            queue.append((p, next(ticket), -1, c))
         queue.append((a, next(ticket), -2, c))
     heapq.heapify(queue)
     blocks: list[_Block] = []
 
-    def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, refined: bool) -> int:
+    def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, level: int) -> int:
         key = rows.sum(axis=1)
         order = np.argsort(key, kind="stable")
-        blocks.append(_Block(key[order], rows[order], owner[order], ks[order], refined))
+        blocks.append(_Block(key[order], rows[order], owner[order], ks[order], level))
         return len(blocks) - 1
 
     def queue_from(block: int, index: int) -> None:
         if index < len(blocks[block].key):
             heapq.heappush(queue, (float(blocks[block].key[index]), next(ticket), block, index))
 
-    def listed(owner: np.ndarray, ks: np.ndarray, pairwise: bool) -> np.ndarray:
+    def listed(owner: np.ndarray, ks: np.ndarray, level: int) -> np.ndarray:
         inner = grid[owner]
         return bounds.terms(inner, ks * inner, np.ones(len(ks), dtype=bool),
-                            np.prod(ks.astype(np.float64), axis=1), pairwise=pairwise)
+                            np.prod(ks.astype(np.float64), axis=1), level)
+
+    def listed_shardings(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The shardings of the chunk shapes ``rows`` that meet ``feasible`` (the unsharded ones are queued):
+        their `LISTED` bounds, chunk shapes and chunks per shard."""
+        at, ks, which = shardings_of(grid[rows], shape)
+        if feasible is not None:
+            keep = feasible(grid[rows][at], ks * grid[rows][at])
+            at, ks, which = at[keep], ks[keep], which[keep]
+        return bounds.sharded_floor(any_shard[rows], grid[rows], at, which), rows[at], ks
 
     def shardings(shapes: list[int]) -> int:
-        """A block of the shardings of ``shapes`` (chunk shapes), with their quick bounds (one numpy call)."""
-        rows = np.asarray(shapes, dtype=np.int64)
-        at, ks = shardings_of(grid[rows], shape)  # the unsharded ones are queued
-        owner = rows[at]
-        return add_block(listed(owner, ks, False), owner, ks, False)
+        """A block of the shardings of ``shapes`` (chunk shapes), with their `LISTED` bounds."""
+        return add_block(*listed_shardings(np.asarray(shapes, dtype=np.int64)), LISTED)
 
     def refined(block: int, picked: np.ndarray) -> int:
-        """A block of the layouts ``picked`` of an unrefined ``block``, with their own bounds."""
+        """A block of the layouts ``picked`` of ``block``, with their bounds one level up."""
         owner, ks = blocks[block].owner[picked], blocks[block].ks[picked]
-        return add_block(listed(owner, ks, True), owner, ks, True)
+        level = LEVELS[LEVELS.index(blocks[block].level) + 1]
+        return add_block(listed(owner, ks, level), owner, ks, level)
 
     def sharded(block: int, index: int) -> Layout:
         return _sharded(tuple(int(c) for c in grid[blocks[block].owner[index]]),
@@ -175,13 +189,12 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             queue_from(shardings(shapes), 0)
             listing(len(shapes))
             continue
-        if what >= 0 and not blocks[what].refined:
-            # listed with the quick bound: now the whole one (selections apart from the earlier ones wait for
-            # their own indexes), for up to 32 of its block within the limit (those past it may never be
-            # needed), the rest queued from the first left
+        if what >= 0 and blocks[what].level < RANGES:
+            # listed with a lower level of bound: now the next (`LEVELS`), for up to `_STEP` of its block within
+            # the limit (those past it may never be needed), the rest queued from the first left
             block = blocks[what]
             below = max(index + 1, int(np.searchsorted(block.key, limit(), side="right")))
-            step = min(index + 32, len(block.key), below)
+            step = min(index + _STEP[block.level], len(block.key), below)
             queue_from(what, step)
             queue_from(refined(what, np.arange(index, step)), 0)
             continue
@@ -209,29 +222,42 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         return (rows @ bounds.key_factors <= slowest) & could_tie(rows, fastest.terms, bounds.costs)
 
     left = [(what, index) for _, _, what, index in queue]
-    plain_left = np.asarray([i for w, i in left if w == -1], dtype=np.int64)
-    todo: list[tuple[Any, ...]] = [("plain", int(c)) for c in plain_left[tied(plain[plain_left])]]
+    # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
+    waiting: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
+
+    def wait(level: int, rows: np.ndarray, owner: np.ndarray, ks: np.ndarray) -> None:
+        keep = tied(rows)
+        if keep.any():
+            waiting[level].append((owner[keep], ks[keep]))
+
+    for what, index in left:
+        if what >= 0:
+            block = blocks[what]
+            wait(block.level, block.rows[index:], block.owner[index:], block.ks[index:])
     shapes_left = np.asarray([i for w, i in left if w == -2], dtype=np.int64)
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
-    todo += [("shapes", shapes_left[i:i + 64].tolist()) for i in range(0, len(shapes_left), 64)]
-    todo += [("block", w, i) for w, i in left if w >= 0]
-    while todo:
-        item = todo.pop()
-        if item[0] == "shapes":
-            listing(len(item[1]))
-            todo.append(("block", shardings(item[1]), 0))
+    for a in range(0, len(shapes_left), _LISTING):
+        rows = shapes_left[a:a + _LISTING]
+        listing(len(rows))
+        wait(LISTED, *listed_shardings(rows))
+    plain_left = np.asarray([i for w, i in left if w == -1], dtype=np.int64)
+    todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
+    for position, level in enumerate(LEVELS):
+        if not waiting[level]:
             continue
-        if item[0] == "block":
-            _, what, start = item
-            picked = start + np.flatnonzero(tied(blocks[what].rows[start:]))
-            if not blocks[what].refined:
-                todo += [("block", refined(what, picked[i:i + 256]), 0) for i in range(0, len(picked), 256)]
-                continue
-            todo += [("layout", what, int(i)) for i in picked]
+        owner = np.concatenate([o for o, _ in waiting[level]])
+        ks = np.concatenate([k for _, k in waiting[level]])
+        waiting[level] = []
+        if level == RANGES:
+            todo += [_sharded(tuple(int(c) for c in grid[o]), tuple(k)) for o, k in zip(owner.tolist(), ks.tolist(),
+                                                                                        strict=True)]
             continue
+        up = LEVELS[position + 1]
+        for a in range(0, len(owner), _BATCH):
+            wait(up, listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up), owner[a:a + _BATCH], ks[a:a + _BATCH])
+    for layout in todo:
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
-        layout = Layout(tuple(int(c) for c in grid[item[1]])) if item[0] == "plain" else sharded(item[1], item[2])
         if cost(layout) is not None:
             costed += 1
     if progress is not None:
@@ -239,13 +265,23 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     return SearchOutcome(costed, True)
 
 
+#: The levels of bound (`bounds.LISTED` ...) a sharded layout is taken through, each while it could still win
+LEVELS = (LISTED, QUICK, PAIRWISE, SAMPLED, RANGES)
+
+#: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase
+_LISTING, _BATCH = 512, 4096
+
+#: Layouts of a block the first phase takes up from each level at once: more where the next level is cheap
+_STEP = {LISTED: 256, QUICK: 32, PAIRWISE: 32, SAMPLED: 32}
+
+
 @dataclass(frozen=True, slots=True)
 class _Block:
     """Sharded layouts listed together, by ascending key: their keys, term bounds, chunk shapes (indices into
-    the grid) and chunks per shard, and whether the bounds are refined (pairwise) or quick."""
+    the grid) and chunks per shard, and the level of the bounds (`bounds.QUICK`, `PAIRWISE`, `RANGES`)."""
 
     key: np.ndarray
     rows: np.ndarray
     owner: np.ndarray
     ks: np.ndarray
-    refined: bool
+    level: int

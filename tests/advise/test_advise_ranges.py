@@ -1,0 +1,182 @@
+"""Issue 42, cause 3: the search's highest bound counts the byte ranges each window of a batch reads from a shard
+(`advise.ranged`), as the model does (`counting.coalesced_runs` over the shard's Morton layout), without laying
+the shard out: each chunk's place in zarr's order and the bytes before it come from `morton.morton_offsets`."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from xarray_zarrmax.advise.counting import _stored_layout, coalesced_runs
+from xarray_zarrmax.advise.morton import morton_offsets, morton_ranks
+from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
+
+
+def _random_shard(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A shard's chunk grid, chunk shape and extents inside the array (at the array's edge or not)."""
+    ndim = int(rng.integers(1, 5))
+    grid = tuple(int(g) for g in rng.integers(1, 13, ndim))
+    chunks = tuple(int(c) for c in rng.integers(1, 6, ndim))
+    if rng.integers(0, 2):
+        return grid, chunks, tuple(g * c for g, c in zip(grid, chunks, strict=True))
+    return grid, chunks, tuple(int(rng.integers(1, g * c + 1)) for g, c in zip(grid, chunks, strict=True))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_morton_offsets_are_each_chunks_place_and_bytes_in_the_shards_layout(seed: int) -> None:
+    """Against the shard laid out whole (`counting._stored_layout`, itself checked against zarr's write order):
+    every stored chunk's rank, and the bytes before it within the rounding of each chunk's size."""
+    rng = np.random.default_rng(seed)
+    for _ in range(80):
+        grid, chunks, extents = _random_shard(rng)
+        enc = int(rng.choice([7, 1000, 10**6]))
+        rank, sizes = _stored_layout(grid, extents, chunks, enc, True)
+        stored = [-(-e // c) for e, c in zip(extents, chunks, strict=True)]
+        last = [(e - (s - 1) * c) / c for e, s, c in zip(extents, stored, chunks, strict=True)]
+        cells = np.asarray(list(itertools.product(*[range(s) for s in stored])), dtype=np.int64)
+        n = len(cells)
+        got, before = morton_offsets(cells, np.tile(stored, (n, 1)), np.tile(grid, (n, 1)), np.tile(last, (n, 1)))
+        want = rank[tuple(cells.T)]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(morton_ranks(cells, np.tile(stored, (n, 1)), np.tile(grid, (n, 1))), want)
+        offsets = np.concatenate(([0], np.cumsum(sizes)))[want]
+        # each chunk before is max(1, round(fraction x enc)) bytes: within half a byte below, a byte above
+        assert (offsets >= before * enc - 0.5 * want - 1e-6).all()
+        assert (offsets <= before * enc + want + 1e-6).all()
+
+
+def _brute(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ...], windows: list[tuple[slice, ...]],
+           enc: int, compressed: bool, fraction: float, gap: int) -> tuple[int, int]:
+    """Per window and shard it reads by ranges (fewer than ``fraction`` of its chunks touched): the requests beyond
+    the first and the bytes between its chunks, as the model counts them (`coalesced_runs` of the shard laid
+    out whole)."""
+    per = [o // c for o, c in zip(outer, chunks, strict=True)]
+    extra_requests = extra_bytes = 0
+    for window in windows:
+        first = [s.start // c for s, c in zip(window, chunks, strict=True)]
+        last = [(s.stop - 1) // c for s, c in zip(window, chunks, strict=True)]
+        shards = [range(f // k, la // k + 1) for f, la, k in zip(first, last, per, strict=True)]
+        for shard in itertools.product(*shards):
+            extents = tuple(min(o, n - i * o) for i, o, n in zip(shard, outer, shape, strict=True))
+            rank, sizes = _stored_layout(tuple(per), extents, chunks, enc, compressed)
+            box = tuple(slice(max(f, i * k) - i * k, min(la, i * k + k - 1) - i * k + 1)
+                        for f, la, i, k in zip(first, last, shard, per, strict=True))
+            touched = rank[box].ravel()
+            if touched.size >= fraction * math.prod(per):
+                continue  # read whole at its first touch: not counted
+            runs, nbytes = coalesced_runs(touched, sizes, gap)
+            extra_requests += runs - 1
+            extra_bytes += nbytes - int(sizes[touched].sum())
+    return extra_requests, extra_bytes
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("compressed", [True, False])
+def test_ranged_runs_are_at_most_the_models_and_exact_where_chunk_sizes_are(seed: int, compressed: bool) -> None:
+    """The requests beyond one a shard, and the bytes merged between chunks, of random windows over random
+    sharded layouts: never more than the model's; equal where every chunk of a shard has one size (uncompressed,
+    or no chunk partly outside the array), as a gap's size is then known to the byte."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(30):
+        ndim = int(rng.integers(1, 5))
+        shape = tuple(int(n) for n in rng.integers(4, 40 if ndim < 3 else 14, ndim))
+        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
+        per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
+        outer = tuple(k * c for k, c in zip(per, chunks, strict=True))
+        even = all(n % o == 0 for n, o in zip(shape, outer, strict=True)) and all(
+            n % c == 0 for n, c in zip(shape, chunks, strict=True))
+        windows = []
+        for _ in range(int(rng.integers(1, 6))):
+            lengths = [int(rng.integers(1, n + 1)) for n in shape]
+            starts = [int(rng.integers(0, n - w + 1)) for n, w in zip(shape, lengths, strict=True)]
+            windows.append(tuple(slice(s, s + w) for s, w in zip(starts, lengths, strict=True)))
+        enc = int(rng.choice([3, 100, 4096]))
+        fraction, gap = float(rng.choice([0.25, 0.5, 1.0])), int(rng.choice([0, 1, 150, 5000]))
+        want_requests, want_bytes = _brute(shape, chunks, outer, windows, enc, compressed, fraction, gap)
+        found = ranged_runs(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
+                            np.asarray([float(math.prod(per))]),
+                            np.asarray([[w.start for w in win] for win in windows]),
+                            np.asarray([[w.stop for w in win] for win in windows]),
+                            np.asarray([float(enc)]), compressed, fraction, gap, False, 4)
+        if found.rows.size == 0:
+            continue  # more chunks than it counts: left to the lower bounds
+        requests, nbytes = float(found.requests[0]), float(found.gap_bytes[0])
+        assert requests <= want_requests and nbytes <= want_bytes + 1e-6, (shape, chunks, outer, windows)
+        if not compressed or even:
+            assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, windows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("compressed", [True, False])
+def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: int, compressed: bool) -> None:
+    """A pointwise read (`counting._count_points`): per object, one fetch of the distinct chunks holding its
+    points (along the pointed dimensions) times the box's chunks along the others; of those read by ranges, the
+    requests beyond the first and the bytes between chunks, never more than the model's and equal where chunk
+    sizes are known to the byte."""
+    rng = np.random.default_rng(300 + seed)
+    for _ in range(30):
+        ndim = int(rng.integers(2, 5))
+        shape = tuple(int(n) for n in rng.integers(4, 30 if ndim < 3 else 12, ndim))
+        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
+        per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
+        outer = tuple(k * c for k, c in zip(per, chunks, strict=True))
+        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
+        count = int(rng.integers(1, 8))
+        points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
+        box = [slice(0, 1) if d in dims else slice(s := int(rng.integers(0, n)), int(rng.integers(s + 1, n + 1)))
+               for d, n in enumerate(shape)]
+        enc = int(rng.choice([3, 100, 4096]))
+        fraction, gap = float(rng.choice([0.25, 0.5, 1.0])), int(rng.choice([0, 1, 150, 5000]))
+        # the model's fetches: per object, the chunks it holds
+        want_requests = want_bytes = 0
+        held: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        for point in {tuple(int(i) for i in p) for p in points // np.asarray(chunks)[dims]}:
+            ranges = [range(b.start // c, (b.stop - 1) // c + 1) for b, c in zip(box, chunks, strict=True)]
+            for j, d in enumerate(dims):
+                ranges[d] = range(point[j], point[j] + 1)
+            for chunk in itertools.product(*ranges):
+                held.setdefault(tuple(i // k for i, k in zip(chunk, per, strict=True)), set()).add(chunk)
+        for shard, inside in held.items():
+            extents = tuple(min(o, n - i * o) for i, o, n in zip(shard, outer, shape, strict=True))
+            rank, sizes = _stored_layout(per, extents, chunks, enc, compressed)
+            if len(inside) >= fraction * math.prod(per):
+                continue
+            touched = np.asarray([rank[tuple(i - s * k for i, s, k in zip(ch, shard, per, strict=True))]
+                                  for ch in inside])
+            runs, nbytes = coalesced_runs(touched, sizes, gap)
+            want_requests += runs - 1
+            want_bytes += nbytes - int(sizes[touched].sum())
+        found = ranged_points(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
+                              np.asarray([float(math.prod(per))]), np.asarray([b.start for b in box]),
+                              np.asarray([b.stop for b in box]), dims, points, np.asarray([float(enc)]),
+                              compressed, fraction, gap, False, 4)
+        if found.rows.size == 0:
+            continue
+        requests, nbytes = float(found.requests[0]), float(found.gap_bytes[0])
+        assert requests <= want_requests and nbytes <= want_bytes + 1e-6, (shape, chunks, outer, dims, points, box)
+        even = all(n % o == 0 for n, o in zip(shape, outer, strict=True)) and all(
+            n % c == 0 for n, c in zip(shape, chunks, strict=True))
+        if not compressed or even:
+            assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, dims, points, box)
+
+
+def test_objects_meet_agrees_with_each_layouts_own_object_size_and_count() -> None:
+    """The search drops layouts whose objects break a constraint before bounding them (`model.objects_meet`): it
+    must say what `object_nbytes` and `object_count` say, layout by layout, at the limits' edges too."""
+    from xarray_zarrmax.advise.candidates import candidate_layouts
+    from xarray_zarrmax.advise.model import object_count, object_nbytes, objects_meet
+
+    shape = (365, 10, 181, 360)
+    layouts = list(candidate_layouts(shape, 4))[::97]
+    outer = np.asarray([lay.outer for lay in layouts])
+    for ratio in (0.37, 1.0):
+        sizes = [object_nbytes(lay, 4, ratio) for lay in layouts]
+        counts = [object_count(shape, lay) for lay in layouts]
+        for limit_bytes, limit_count in [(None, None), (sizes[5], None), (None, counts[9]), (sizes[3], counts[3]),
+                                         (sizes[7] - 1, counts[2] - 1)]:
+            want = [(limit_bytes is None or b <= limit_bytes) and (limit_count is None or n <= limit_count)
+                    for b, n in zip(sizes, counts, strict=True)]
+            assert objects_meet(shape, 4, ratio, outer, limit_bytes, limit_count).tolist() == want

@@ -1,0 +1,198 @@
+"""How many ranges, and how many bytes between the chunks, a sequence of box selections reads from shards it reads
+by ranges, for many layouts at once, in numpy: what lets `bounds.SearchBounds` bound a batch's requests and bytes
+as `counting.count_read` counts them, rather than as one request and the chunks' own bytes per shard.
+
+Our reader reads the chunks a selection touches in a shard as byte ranges in the shard's (Morton) order, merged
+when the stored bytes between two are at most ``coalesce_gap`` (`counting.coalesced_runs`): each unmerged gap is
+one more request; each merged one, more bytes. A shard's chunks are all ``chunk_enc`` bytes but those partly
+outside the array (compressed: their fraction of it), so a gap of ``g`` chunks holds between ``g`` times the
+shard's smallest chunk and ``g * chunk_enc`` bytes: a gap is counted only where both ends of that range agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xarray_zarrmax.advise.morton import box_offsets
+from xarray_zarrmax.tuning import STREAM_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Ranged:
+    """For ``rows`` (indices into the layouts given), at least the requests beyond one per shard a selection
+    reads, and the bytes between its chunks, of the shards read by ranges (those a selection touches in fewer
+    than ``full_shard_fraction`` of their chunks: by ranges whether or not their index is cached)."""
+
+    rows: np.ndarray  # (r,) the layouts counted: their selections touch `CHUNKS_PER_WINDOW` chunks or fewer each
+    requests: np.ndarray  # (r,) gaps too wide to merge
+    gap_bytes: np.ndarray  # (r,) bytes of the gaps merged
+
+
+#: Chunks a selection touches on average, at most, for a layout to be counted (others keep one request a shard):
+#: counting costs about as much a chunk as the model's costing of a whole window (`counting.count_read` groups a
+#: window's objects by footprint), so past this the search does better to cost the layout
+CHUNKS_PER_WINDOW = 256
+
+
+def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
+                starts: np.ndarray, stops: np.ndarray, chunk_enc: np.ndarray, compressed: bool,
+                full_shard_fraction: float, coalesce_gap: int, local: bool, itemsize: int) -> Ranged:
+    """`Ranged` of the sharded layouts ``chunks`` in ``outer`` (``(k, ndim)``; ``per_object`` their chunks per
+    shard, ``chunk_enc`` their encoded chunk bytes) for the box selections ``starts``/``stops``
+    (``(windows, ndim)``). ``local``: a local read of `tuning.STREAM_BYTES` or more from a shard reads its ranges
+    in capped pieces (`counting.capped_runs`: no fewer requests, but no gap's bytes are known to be read)."""
+    k, ndim = chunks.shape
+    windows = starts.shape[0]
+    first = starts[None] // chunks[:, None]  # (k, windows, ndim): the chunks each selection touches
+    span = (stops[None] - 1) // chunks[:, None] - first + 1
+    totals = np.prod(span, axis=2).sum(axis=1)
+    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * windows)
+    box_row = np.repeat(np.arange(k), windows)  # one box of chunks a (layout, selection)
+    boxes = countable[:, None] * windows + np.arange(windows)[None]
+    layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
+                       coalesce_gap, local, itemsize)
+    return _counted(layouts, countable, totals, box_row[boxes.ravel()], boxes.ravel(),
+                    first.reshape(-1, ndim)[boxes.ravel()], span.reshape(-1, ndim)[boxes.ravel()])
+
+
+def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
+                  starts: np.ndarray, stops: np.ndarray, dims: list[int], points: np.ndarray,
+                  chunk_enc: np.ndarray, compressed: bool, full_shard_fraction: float, coalesce_gap: int,
+                  local: bool, itemsize: int) -> Ranged:
+    """`ranged_runs` of a pointwise read (as `counting._count_points` reads it): along ``dims`` the distinct
+    chunks holding its ``points`` (``(count, len(dims))``), along the others the box ``starts``/``stops``
+    (``(ndim,)``); each object read as one fetch of the chunks it holds."""
+    k, ndim = chunks.shape
+    if points.shape[0] == 0:
+        return Ranged(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    # per layout, the distinct chunks holding a point (along dims): one box of chunks each
+    ids = points[None] // chunks[:, None, dims]  # (k, count, len(dims))
+    row = np.repeat(np.arange(k), points.shape[0])
+    flat = ids.reshape(-1, len(dims))
+    order = np.lexsort((*flat.T[::-1], row))
+    row, flat = row[order], flat[order]
+    distinct = np.ones(row.size, dtype=bool)
+    distinct[1:] = (row[1:] != row[:-1]) | np.any(flat[1:] != flat[:-1], axis=1)
+    row, flat = row[distinct], flat[distinct]
+    first = (starts[None] // chunks)[row]  # (boxes, ndim)
+    span = ((stops[None] - 1) // chunks - starts[None] // chunks + 1)[row]
+    first[:, dims] = flat
+    span[:, dims] = 1
+    totals = np.bincount(row, weights=np.prod(span, axis=1), minlength=k)
+    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * points.shape[0])
+    keep = np.isin(row, countable)
+    layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
+                       coalesce_gap, local, itemsize)
+    return _counted(layouts, countable, totals, row[keep], row[keep], first[keep], span[keep])
+
+
+@dataclass(frozen=True, slots=True)
+class _Layouts:
+    """The layouts of a count and how they are read (`ranged_runs`' arguments)."""
+
+    shape: np.ndarray
+    chunks: np.ndarray
+    outer: np.ndarray
+    per_object: np.ndarray
+    chunk_enc: np.ndarray
+    compressed: bool
+    fraction: float
+    gap: int
+    local: bool
+    itemsize: int
+
+
+def _counted(layouts: _Layouts, countable: np.ndarray, totals: np.ndarray, box_row: np.ndarray, group: np.ndarray,
+             first: np.ndarray, span: np.ndarray) -> Ranged:
+    """`Ranged` of the layouts ``countable`` from boxes of chunks (``first``, ``span``: ``(boxes, ndim)``), each of a
+    layout (``box_row``, ascending) and of a fetch ``group`` (the boxes of a group in a shard are one read), in
+    blocks of up to 2^20 chunks (``totals``: each layout's chunks)."""
+    requests, gap_bytes = np.zeros(countable.size), np.zeros(countable.size)
+    bounds = np.searchsorted(box_row, countable)  # each counted layout's first box
+    a = 0
+    while a < countable.size:
+        room = np.cumsum(totals[countable[a:]])
+        step = max(1, int(np.searchsorted(room, 1 << 20, side="right")))
+        b = min(a + step, countable.size)
+        lo, hi = int(bounds[a]), int(bounds[b]) if b < countable.size else box_row.size
+        found_requests, found_bytes = _runs(layouts, box_row[lo:hi], group[lo:hi], first[lo:hi], span[lo:hi])
+        requests[a:b], gap_bytes[a:b] = found_requests[countable[a:b]], found_bytes[countable[a:b]]
+        a = b
+    return Ranged(countable, requests, gap_bytes)
+
+
+def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.ndarray,
+          span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per layout (indexed as given), the gaps too wide to merge and the bytes of those merged, of the boxes of
+    chunks given: each split by shard, and of each (group, shard) read by ranges, its chunks in the shard's
+    order (`morton.box_offsets`)."""
+    shape, chunks, outer = layouts.shape, layouts.chunks, layouts.outer
+    k, ndim = chunks.shape
+    per = outer // chunks  # (k, ndim): a shard's chunks along each dimension
+    low = first // per[box_row]  # (boxes, ndim): the first and last shard touched along each dimension
+    shards = (first + span - 1) // per[box_row] - low + 1
+    count = np.prod(shards, axis=1)  # shards each box touches
+    box = np.repeat(np.arange(box_row.size), count)
+    row = box_row[box]
+    digits = np.arange(box.size) - np.repeat(np.cumsum(count) - count, count)
+    lo, length, stored, grid = (np.empty((box.size, ndim), dtype=np.int64) for _ in range(4))
+    last = np.ones((box.size, ndim))  # the fraction inside the array of the shard's last chunk along each
+    shard = np.zeros(box.size, dtype=np.int64)  # the shard's place in the grid of shards
+    for d in range(ndim - 1, -1, -1):
+        along = shards[box, d]
+        o = low[box, d] + digits % along  # the shard along d
+        digits //= along
+        k_d, c, n = per[row, d], chunks[row, d], int(shape[d])
+        begin = o * k_d
+        start = np.maximum(first[box, d], begin)
+        stop = np.minimum(first[box, d] + span[box, d], begin + k_d)
+        lo[:, d], length[:, d], grid[:, d] = start - begin, stop - start, k_d
+        extent = np.minimum(outer[row, d], n - o * outer[row, d])  # the shard's elements inside the array
+        stored[:, d] = -(-extent // c)
+        if layouts.compressed:  # a compressed chunk partly outside is stored at its fraction inside
+            last[:, d] = (extent - (stored[:, d] - 1) * c) / c
+        shard = shard * -(-n // outer[row, d]) + o
+    # one read per (group, shard): its boxes together
+    order = np.lexsort((shard, group[box]))
+    lo, length, stored, grid, last, row = lo[order], length[order], stored[order], grid[order], last[order], row[order]
+    key_group, key_shard = group[box][order], shard[order]
+    starts_read = np.ones(order.size, dtype=bool)
+    starts_read[1:] = (key_group[1:] != key_group[:-1]) | (key_shard[1:] != key_shard[:-1])
+    read = np.cumsum(starts_read) - 1  # each box's read
+    cells = np.prod(length, axis=1)
+    pieces = np.bincount(read, weights=cells)  # chunks touched in each read
+    # by ranges, whether or not its index is cached; one chunk has no gap
+    keep = ((pieces < layouts.fraction * layouts.per_object[row[starts_read]]) & (pieces > 1))[read]
+    read, row, cells = read[keep], row[keep], cells[keep]
+    rank, before, own = box_offsets(lo[keep], length[keep], stored[keep], grid[keep], last[keep])
+    cell_read = np.repeat(read, cells)
+    order = np.argsort(cell_read * int(rank.max(initial=0) + 1) + rank, kind="stable")  # by read, then rank
+    cell_read, rank, before, own = cell_read[order], rank[order], before[order], own[order]
+    new = np.ones(cell_read.size, dtype=bool)  # the first chunk of its read: no gap before it
+    new[1:] = cell_read[1:] != cell_read[:-1]
+    cell_row = np.repeat(row, cells)[order]
+    partial = np.repeat((last[keep] < 1).any(axis=1), cells)[order]  # a shard holding chunks of other sizes
+    enc = layouts.chunk_enc[cell_row].astype(np.float64)
+    # the chunks between an entry and the one before it in its read, and their sizes summed (in whole chunks):
+    # stored at max(1, round(size x chunk_enc)) bytes each, so between size x chunk_enc - half a byte and a
+    # byte more each, and at least a byte (in a shard of whole chunks only, each chunk_enc)
+    between, sizes = np.zeros(cell_read.size), np.zeros(cell_read.size)
+    between[1:] = rank[1:] - rank[:-1] - 1
+    sizes[1:] = before[1:] - before[:-1] - own[:-1]
+    if layouts.compressed:  # (sums of fractions: a hair of rounding off, either way)
+        slack = np.where(partial, 1e-9 * between * enc, 0.0)
+        rounding = np.where(partial, between, 0.0)
+        least = np.where(between > 0, np.maximum(between, sizes * enc - 0.5 * rounding - slack), 0.0)
+        most = np.where(between > 0, sizes * enc + rounding + slack, 0.0)
+    else:
+        least = most = between * enc
+    unmerged = ~new & (least > layouts.gap)  # too wide to merge, whatever the rounding
+    merged = ~new & (most <= layouts.gap)  # merged whatever it is
+    if layouts.local:  # read in capped pieces: no more bytes known to be read
+        decoded = layouts.itemsize * np.prod(chunks.astype(np.float64), axis=1)
+        merged &= (pieces[cell_read] * decoded[cell_row] < STREAM_BYTES)
+    requests = np.bincount(cell_row[unmerged], minlength=k).astype(np.float64)
+    gap_bytes = np.bincount(cell_row[merged], weights=least[merged], minlength=k)
+    return requests, gap_bytes
