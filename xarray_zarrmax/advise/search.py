@@ -114,9 +114,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
     plain = bounds.terms(grid, grid, np.zeros(k, dtype=bool), np.ones(k), QUICK)
     any_shard = bounds.terms(grid, whole, np.ones(k, dtype=bool), np.ones(k), QUICK)
-    # Entries (key, tie-breaker, what, index): what -1, chunk shape ``index`` unsharded; -2, its shardings,
-    # not yet listed; b >= 0, the index-th layout of block b: sharded layouts listed together, sorted by their
-    # bound at the block's level, only the next of each block in the queue
+    # Entries (key, tie-breaker, what, index): what -1, chunk shape ``index`` unsharded (-3: costed as a seed);
+    # -2, its shardings, not yet listed; b >= 0, the index-th layout of block b: sharded layouts listed together,
+    # sorted by their bound at the block's level, only the next of each block in the queue
     queue: list[tuple[float, int, int, int]] = []
     ticket = itertools.count()  # unique: the rest is never compared
     meets = np.ones(k, dtype=bool) if feasible is None else feasible(grid, grid)
@@ -177,11 +177,25 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         if progress is not None and done % 64 < count:
             progress(min(done, k), total, f"costing a grid of {k} chunk shapes")
 
-    # 1. best first, up to the starts-th fastest
+    # 1. best first, up to the starts-th fastest. Until `starts` are costed nothing bounds what is taken up: the
+    # unsharded layouts of least bound (their quick bound is near their cost) are costed first, for a limit
+    seeds = [i for i, entry in enumerate(queue) if entry[2] == -1]
+    for i in sorted(seeds, key=lambda i: queue[i][0])[:_SEEDS * starts]:
+        if len(best) == starts:
+            break
+        entry = queue[i]
+        queue[i] = (math.inf, entry[1], -3, entry[3])  # taken: left at the back of the queue, never costed again
+        candidate = cost(Layout(tuple(int(c) for c in grid[entry[3]])))
+        if candidate is not None:
+            costed += 1
+            heapq.heappush(best, (-candidate.score, next(ticket), candidate))
+    heapq.heapify(queue)
     while queue and queue[0][0] <= limit():
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, queue[0][0], False)
         _, _, what, index = heapq.heappop(queue)
+        if what == -3:  # a seed, costed
+            continue
         if what == -2:
             shapes = [index]  # and the chunk shapes next in the queue, listed together
             while queue and queue[0][2] == -2 and queue[0][0] <= limit() and len(shapes) < 64:
@@ -223,38 +237,35 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
-    waiting: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
-
-    def wait(level: int, rows: np.ndarray, owner: np.ndarray, ks: np.ndarray) -> None:
-        keep = tied(rows)
-        if keep.any():
-            waiting[level].append((owner[keep], ks[keep]))
-
+    waiting: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
     for what, index in left:
         if what >= 0:
             block = blocks[what]
-            wait(block.level, block.rows[index:], block.owner[index:], block.ks[index:])
+            waiting[block.level].append((block.rows[index:], block.owner[index:], block.ks[index:]))
     shapes_left = np.asarray([i for w, i in left if w == -2], dtype=np.int64)
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
         rows = shapes_left[a:a + _LISTING]
         listing(len(rows))
-        wait(LISTED, *listed_shardings(rows))
+        bound, owner, ks = listed_shardings(rows)
+        keep = tied(bound)
+        waiting[LISTED].append((bound[keep], owner[keep], ks[keep]))
     plain_left = np.asarray([i for w, i in left if w == -1], dtype=np.int64)
     todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
     for position, level in enumerate(LEVELS):
         if not waiting[level]:
             continue
-        owner = np.concatenate([o for o, _ in waiting[level]])
-        ks = np.concatenate([k for _, k in waiting[level]])
+        bound, owner, ks = (np.concatenate([part[i] for part in waiting[level]]) for i in range(3))
         waiting[level] = []
+        keep = tied(bound)
+        owner, ks = owner[keep], ks[keep]
         if level == RANGES:
             todo += [_sharded(tuple(int(c) for c in grid[o]), tuple(k)) for o, k in zip(owner.tolist(), ks.tolist(),
                                                                                         strict=True)]
             continue
         up = LEVELS[position + 1]
-        for a in range(0, len(owner), _BATCH):
-            wait(up, listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up), owner[a:a + _BATCH], ks[a:a + _BATCH])
+        waiting[up] += [(listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up), owner[a:a + _BATCH], ks[a:a + _BATCH])
+                        for a in range(0, len(owner), _BATCH)]
     for layout in todo:
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
@@ -268,11 +279,14 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 #: The levels of bound (`bounds.LISTED` ...) a sharded layout is taken through, each while it could still win
 LEVELS = (LISTED, QUICK, PAIRWISE, SAMPLED, RANGES)
 
+#: Unsharded layouts costed at most (times ``starts``) before the first phase, for its first limit
+_SEEDS = 4
+
 #: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase
 _LISTING, _BATCH = 512, 4096
 
 #: Layouts of a block the first phase takes up from each level at once: more where the next level is cheap
-_STEP = {LISTED: 256, QUICK: 32, PAIRWISE: 32, SAMPLED: 32}
+_STEP = {LISTED: 1024, QUICK: 256, PAIRWISE: 128, SAMPLED: 64}
 
 
 @dataclass(frozen=True, slots=True)
