@@ -48,6 +48,19 @@ def test_morton_offsets_are_each_chunks_place_and_bytes_in_the_shards_layout(see
         assert (offsets <= before * enc + want + 1e-6).all()
 
 
+def _random_sharded(rng: np.random.Generator, min_ndim: int,
+                    longest: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]:
+    """A random array shape, chunk shape, chunks per shard and shard shape (shards of one chunk included), and
+    whether chunks and shards divide the array (every chunk whole)."""
+    ndim = int(rng.integers(min_ndim, 5))
+    shape = tuple(int(n) for n in rng.integers(4, longest if ndim < 3 else 14, ndim))
+    chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
+    per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
+    outer = tuple(k * c for k, c in zip(per, chunks, strict=True))
+    even = all(n % o == 0 and n % c == 0 for n, o, c in zip(shape, outer, chunks, strict=True))
+    return shape, chunks, per, outer, even
+
+
 def _brute(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ...], windows: list[tuple[slice, ...]],
            enc: int, compressed: bool, fraction: float, gap: int) -> tuple[int, int]:
     """Per window and shard it reads by ranges (fewer than ``fraction`` of its chunks touched): the requests beyond
@@ -81,13 +94,7 @@ def test_ranged_runs_are_at_most_the_models_and_exact_where_chunk_sizes_are(seed
     or no chunk partly outside the array), as a gap's size is then known to the byte."""
     rng = np.random.default_rng(100 + seed)
     for _ in range(30):
-        ndim = int(rng.integers(1, 5))
-        shape = tuple(int(n) for n in rng.integers(4, 40 if ndim < 3 else 14, ndim))
-        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
-        per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
-        outer = tuple(k * c for k, c in zip(per, chunks, strict=True))
-        even = all(n % o == 0 for n, o in zip(shape, outer, strict=True)) and all(
-            n % c == 0 for n, c in zip(shape, chunks, strict=True))
+        shape, chunks, per, outer, even = _random_sharded(rng, 1, 40)
         windows = []
         for _ in range(int(rng.integers(1, 6))):
             lengths = [int(rng.integers(1, n + 1)) for n in shape]
@@ -118,11 +125,8 @@ def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: i
     sizes are known to the byte."""
     rng = np.random.default_rng(300 + seed)
     for _ in range(30):
-        ndim = int(rng.integers(2, 5))
-        shape = tuple(int(n) for n in rng.integers(4, 30 if ndim < 3 else 12, ndim))
-        chunks = tuple(int(rng.integers(1, n + 1)) for n in shape)
-        per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
-        outer = tuple(k * c for k, c in zip(per, chunks, strict=True))
+        shape, chunks, per, outer, even = _random_sharded(rng, 2, 30)
+        ndim = len(shape)
         dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
         count = int(rng.integers(1, 8))
         points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
@@ -157,8 +161,6 @@ def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: i
             continue
         requests, nbytes = float(found.requests[0]), float(found.gap_bytes[0])
         assert requests <= want_requests and nbytes <= want_bytes + 1e-6, (shape, chunks, outer, dims, points, box)
-        even = all(n % o == 0 for n, o in zip(shape, outer, strict=True)) and all(
-            n % c == 0 for n, c in zip(shape, chunks, strict=True))
         if not compressed or even:
             assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, dims, points, box)
 
@@ -169,8 +171,8 @@ def test_objects_meet_agrees_with_each_layouts_own_object_size_and_count() -> No
     from xarray_zarrmax.advise.candidates import candidate_layouts
     from xarray_zarrmax.advise.model import object_count, object_nbytes, objects_meet
 
-    shape = (365, 10, 181, 360)
-    layouts = list(candidate_layouts(shape, 4))[::97]
+    shape = (60, 10, 45, 90)
+    layouts = list(candidate_layouts(shape, 4))[::13]
     outer = np.asarray([lay.outer for lay in layouts])
     for ratio in (0.37, 1.0):
         sizes = [object_nbytes(lay, 4, ratio) for lay in layouts]

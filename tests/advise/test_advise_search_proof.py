@@ -286,3 +286,22 @@ def test_the_transfer_goes_under_per_request_bandwidth_only_when_no_read_can_exc
                                                                       aggregate_bps=1e9),
                                        Reader(split_size=7, concurrency=16))
     assert _below(row, terms), (dict(zip(TERMS, row, strict=True)), terms)
+
+
+def test_ties_do_not_depend_on_the_scale_of_the_weights() -> None:
+    """Found by review: `could_beat` allowed an absolute 1e-12 s of rounding, so with weights of 1e-9 (scores of
+    1e-11 s) layouts 0.1-0.2% slower than the fastest counted as tied, and the search (rightly) never costed
+    them. The tolerance is relative: the same layouts tie whatever the weights' scale, and all are costed."""
+    shape, dims = (48, 30, 45), DIMS[:3]
+    costs = Costs(latency_s=0.02, request_s=3e-5, chunk_s=1e-5, index_s=5e-5, ratio=0.5)
+    grid = list(candidate_layouts(shape, 4))
+    ties = []
+    for w in (1.0, 1e-9):
+        mix = {"timeseries": w, "map": w}
+        found = rank(shape, dims, 4, mix, costs=costs, reader=Reader())
+        every = rank(shape, dims, 4, mix, costs=costs, reader=Reader(), layouts=grid)
+        fastest = min(found, key=lambda c: c.score)
+        tied = {c.layout for c in every if could_beat(c.terms, fastest.terms, costs)}
+        assert tied <= {c.layout for c in found}
+        ties.append(tied)
+    assert ties[0] == ties[1]

@@ -451,7 +451,7 @@ def could_beat(terms: Mapping[str, float], best: Mapping[str, float], costs: Cos
     one, pool = (terms.get(name, 0.0) - best.get(name, 0.0) for name in DECODE_TERMS)
     least += min(one * r + pool * r * p for r in factors.get("decode_bps", (1.0, 1.0))
                  for p in costs.speedup_factors())
-    return least <= 1e-12 * max(1.0, sum(best.values()))
+    return least <= 1e-12 * abs(sum(best.values()))  # rounding, relative: ties do not depend on the scale
 
 
 #: The terms of the decode, on one thread and on the pool: they share the decode rate (`could_beat`)
@@ -483,7 +483,7 @@ def objects_meet(shape: Sequence[int], itemsize: int, ratio: float, outer: np.nd
     `object_count` are within the limits given (None: no limit), as those compute them."""
     outer = np.asarray(outer, dtype=np.int64).reshape(-1, len(shape))
     ok = np.ones(outer.shape[0], dtype=bool)
-    if max_object_bytes is not None:  # exact: the elements are whole numbers below 2^53
+    if max_object_bytes is not None:  # exact below 2^53 (above, a layout may pass that the costing refuses)
         ok &= np.floor(itemsize * np.prod(outer.astype(np.float64), axis=1) * ratio) <= max_object_bytes
     if max_objects is not None:
         ok &= np.prod(-(-np.asarray(shape, dtype=np.float64)[None] // outer), axis=1) <= max_objects

@@ -79,7 +79,7 @@ def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.n
     # convex in x: its least over [0, extra] lies at an end or where a difference changes sign
     splits = [np.zeros_like(extra), extra, np.clip(-diff[:, r], 0, extra), np.clip(diff[:, a] + extra, 0, extra)]
     least = least + np.min([charged(x) for x in splits], axis=0)
-    return least <= 1e-12 * max(1.0, sum(best.values()))  # type: ignore[no-any-return]
+    return least <= 1e-12 * abs(sum(best.values()))  # type: ignore[no-any-return]
 
 
 def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBounds,
