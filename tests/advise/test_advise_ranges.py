@@ -1,6 +1,6 @@
 """Issue 42, cause 3: the search's highest bound counts the byte ranges each window of a batch reads from a shard
 (`advise.ranged`), as the model does (`counting.coalesced_runs` over the shard's Morton layout), without laying
-the shard out: each chunk's place in zarr's order and the bytes before it come from `morton.morton_offsets`."""
+the shard out: each chunk's place in zarr's order and the bytes before it come from `morton.box_offsets`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from xarray_zarrmax.advise.counting import _stored_layout, coalesced_runs
-from xarray_zarrmax.advise.morton import morton_offsets, morton_ranks
+from xarray_zarrmax.advise.morton import box_offsets
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 
 
@@ -38,10 +38,15 @@ def test_morton_offsets_are_each_chunks_place_and_bytes_in_the_shards_layout(see
         last = [(e - (s - 1) * c) / c for e, s, c in zip(extents, stored, chunks, strict=True)]
         cells = np.asarray(list(itertools.product(*[range(s) for s in stored])), dtype=np.int64)
         n = len(cells)
-        got, before = morton_offsets(cells, np.tile(stored, (n, 1)), np.tile(grid, (n, 1)), np.tile(last, (n, 1)))
+        # each cell a box of one, and the whole stored box at once (C order): the same ranks and offsets
+        got, before, _ = box_offsets(cells, np.ones_like(cells), np.tile(stored, (n, 1)), np.tile(grid, (n, 1)),
+                                     np.tile(last, (n, 1)))
         want = rank[tuple(cells.T)]
         np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(morton_ranks(cells, np.tile(stored, (n, 1)), np.tile(grid, (n, 1))), want)
+        whole, whole_before, _ = box_offsets(np.zeros((1, len(grid)), dtype=np.int64), np.asarray([stored]),
+                                             np.asarray([stored]), np.asarray([grid]), np.asarray([last]))
+        np.testing.assert_array_equal(whole, want)
+        np.testing.assert_allclose(whole_before, before)
         offsets = np.concatenate(([0], np.cumsum(sizes)))[want]
         # each chunk before is max(1, round(fraction x enc)) bytes: within half a byte below, a byte above
         assert (offsets >= before * enc - 0.5 * want - 1e-6).all()

@@ -1,5 +1,5 @@
 """zarr's Morton (Z) order of a shard's chunks, in numpy: the order of a whole grid (`morton_order`,
-`morton_permutation`), and the rank of given cells in it without listing the grid (`morton_ranks`). Pure
+`morton_permutation`), and the rank of the cells of given boxes in it without listing the grid (`box_offsets`). Pure
 arithmetic; the model (`counting`) and the search's bounds (`ranged`) lay shards out with it.
 """
 
@@ -55,23 +55,6 @@ def inverse(order: np.ndarray) -> np.ndarray:
     ranks = np.empty(order.size, dtype=np.int64)
     ranks[order] = np.arange(order.size)
     return ranks
-
-
-def morton_ranks(cells: np.ndarray, stored: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """Per row, the rank of the cell ``cells[i]`` in the Morton order of a grid of ``grid[i]`` among the cells of
-    the box ``[0, stored[i])`` (a shard's stored chunks: those inside the array), all ``(n, ndim)``; each row its
-    own grid. What `counting` reads from a shard's whole layout, without listing the shard's cells."""
-    return morton_offsets(cells, stored, grid, np.ones(np.shape(cells)))[0]
-
-
-def morton_offsets(cells: np.ndarray, stored: np.ndarray, grid: np.ndarray,
-                   last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`morton_ranks`, and the sizes of the cells before each summed, where a cell's size is the product over
-    dimensions of ``last[i, d]`` where it is the box's last along ``d`` and 1 elsewhere (a shard's chunks
-    partly outside the array: their fraction inside it). Each cell is a box of one (`box_offsets`)."""
-    cells = np.asarray(cells, dtype=np.int64)
-    rank, before, _ = box_offsets(cells, np.ones_like(cells), stored, grid, last)
-    return rank, before
 
 
 def box_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray,
