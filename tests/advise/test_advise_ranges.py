@@ -187,3 +187,38 @@ def test_objects_meet_agrees_with_each_layouts_own_object_size_and_count() -> No
             want = [(limit_bytes is None or b <= limit_bytes) and (limit_count is None or n <= limit_count)
                     for b, n in zip(sizes, counts, strict=True)]
             assert objects_meet(shape, 4, ratio, outer, limit_bytes, limit_count).tolist() == want
+
+
+def test_morton_offsets_of_boxes_alike_are_each_boxs_own() -> None:
+    """Boxes that repeat (a pointwise read crosses many shards at the same place) are worked out once and copied:
+    each box's cells still get its own ranks, offsets and sizes, in order, wherever the repeats fall."""
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        grid, chunks, extents = _random_shard(rng)
+        stored = np.asarray([-(-e // c) for e, c in zip(extents, chunks, strict=True)])
+        last = np.asarray([(e - (s - 1) * c) / c for e, s, c in zip(extents, stored, chunks, strict=True)])
+        lo = (rng.uniform(size=(4, len(grid))) * stored).astype(np.int64)
+        length = 1 + (rng.uniform(size=lo.shape) * (stored - lo)).astype(np.int64)
+        picks = rng.integers(0, 4, 30)
+        n = picks.size
+        together = box_offsets(lo[picks], length[picks], np.tile(stored, (n, 1)), np.tile(grid, (n, 1)),
+                               np.tile(last, (n, 1)))
+        alone = [box_offsets(lo[i:i + 1], length[i:i + 1], stored[None], np.asarray([grid]), last[None])
+                 for i in picks]
+        for got, want in zip(together, zip(*alone, strict=True), strict=True):
+            np.testing.assert_array_equal(got, np.concatenate(want))
+
+
+def test_distinct_rows_are_told_apart_when_their_keys_collide() -> None:
+    """Rows are keyed by a hash of their columns; two rows of one key that differ are still two sets (checked
+    against each key's first row, then by their bytes)."""
+    from xarray_zarrmax.advise.morton import _distinct_rows, _mix, _row_keys
+
+    # the key of (a, b) is mix(mix(a) ^ b): (1, mix(1) ^ mix(0)) has the key of (0, 0)
+    word = _mix(np.asarray([1], dtype=np.uint64)) ^ _mix(np.asarray([0], dtype=np.uint64))
+    collides = int(word.view(np.int64)[0])
+    table = np.asarray([[0, 0], [1, collides], [0, 0], [5, 5], [1, collides]], dtype=np.int64)
+    assert _row_keys(table)[0] == _row_keys(table)[1]
+    firsts, which = _distinct_rows(table)
+    assert firsts.tolist() == [0, 1, 3]
+    assert which.tolist() == [0, 1, 0, 2, 1]

@@ -68,74 +68,157 @@ def box_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np
     those that share the code above it and have a 0 there, whatever they hold below. Along the bit's own
     dimension those are ``2^b`` values below the cell's (all stored); along each other, a run of ``2^free``
     values from the cell's prefix, cut at ``stored``. So each count (and each sum of sizes) is a product of
-    per-dimension ones, and those depend on one coordinate each: they are worked out per box and dimension for
-    the box's few coordinates along it, then multiplied per cell. O(bits x ndim) vector operations, whatever the
-    grid's size."""
+    per-dimension ones, each depending on one coordinate: worked out per box for the box's few coordinates
+    along each dimension, then combined (`_Levels`) from the last dimension to the first, as a box's cells are
+    an outer product of its coordinates. O(bits x ndim) vector operations, whatever the grid's size."""
     lo, length = np.asarray(lo, dtype=np.int64), np.asarray(length, dtype=np.int64)
     stored, grid = np.asarray(stored, dtype=np.int64), np.asarray(grid, dtype=np.int64)
-    short = 1.0 - np.asarray(last, dtype=np.float64)  # what a dimension's last cell lacks of a whole one
-    boxes, ndim = lo.shape
+    last = np.asarray(last, dtype=np.float64)
+    # boxes alike in every way have alike cells (a pointwise read crosses many shards at the same place in
+    # each): each worked out once, then copied
+    firsts, which = _distinct_rows(np.concatenate([lo, length, stored, grid, last.view(np.int64)], axis=1))
+    found = _offsets(lo[firsts], length[firsts], stored[firsts], grid[firsts], 1.0 - last[firsts])
+    if firsts.size == lo.shape[0]:
+        return found
     per_box = np.prod(length, axis=1)
-    cells = int(per_box.sum())
+    start = (np.cumsum(per_box[firsts]) - per_box[firsts])[which]  # each box's first cell in ``found``
+    at = np.repeat(start - (np.cumsum(per_box) - per_box), per_box) + np.arange(int(per_box.sum()))
+    return found[0][at], found[1][at], found[2][at]
+
+
+def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray,
+             short: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`box_offsets` of distinct boxes (``short``: what a dimension's last cell lacks of a whole one)."""
+    boxes, ndim = lo.shape
     bits = _bit_length(grid - 1)
-    # per dimension, a table of each box's coordinates along it; each cell's row in each table
-    tables, rows = [], []
-    offset = np.arange(cells) - np.repeat(np.cumsum(per_box) - per_box, per_box)
-    box = np.repeat(np.arange(boxes), per_box)
-    for d in range(ndim - 1, -1, -1):
-        base = np.cumsum(length[:, d]) - length[:, d]
-        owner = np.repeat(np.arange(boxes), length[:, d])
-        value = lo[owner, d] + np.arange(int(length[:, d].sum())) - base[owner]
-        tables.append((value, stored[owner, d], bits[owner, d], short[owner, d]))
-        along = length[box, d]
-        rows.append(base[box] + offset % along)
-        offset //= along
-    tables.reverse()
-    rows.reverse()
-    # a dimension of one cell in every grid holds no bit: its size (the cell's) scales every sum, its count is 1
-    scale = np.ones(cells)
-    active = []
-    for d in range(ndim):
-        if bits[:, d].any():
-            active.append(d)
-        else:
-            scale *= (1.0 - tables[d][3])[rows[d]]
-
-    def fixed(d: int, free: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per cell, the stored values along d that share its bits >= ``free``: how many, their sizes summed."""
-        value, top, used, lack = tables[d]
-        f = np.minimum(free, used)
-        prefix = (value >> f) << f
-        count = np.minimum(top - prefix, np.left_shift(1, f))  # >= 1: the cell's own value is stored
-        size = count - np.where(prefix + count == top, lack, 0.0)
-        return count[rows[d]].astype(np.float64), size[rows[d]]
-
+    # a dimension of one cell in every grid holds no bit (its boxes are one cell long): its size (the cell's)
+    # scales every sum, its count is 1
+    active = [d for d in range(ndim) if bits[:, d].any()]
+    scale = np.prod(1.0 - short[:, [d for d in range(ndim) if d not in active]], axis=1)
+    levels = _Levels(lo[:, active], length[:, active], stored[:, active], bits[:, active], short[:, active])
+    per_cell = np.repeat(scale, np.prod(length, axis=1))
+    if not active:
+        return np.zeros(per_cell.size, dtype=np.int64), np.zeros(per_cell.size), per_cell
+    sized = bool((short[:, active] > 0).any())  # some cell smaller than a whole one: sizes summed apart
     top_level = int(bits.max(initial=0))
-    # F(b + 1) per active dimension: at the top, every value (the dimension's whole run)
-    above = {d: fixed(d, top_level) for d in active}
-    rank, before = np.zeros(cells), np.zeros(cells)
+    # F(b + 1) per dimension: at the top, every value (the dimension's whole run)
+    above = [levels.fixed(j, top_level, sized) for j in range(len(active))]
+    rank, before = np.zeros(per_cell.size), np.zeros(per_cell.size)
     for b in range(top_level - 1, -1, -1):
         # the bit (b, d) of the code lies above (b, d') for d' < d and below it for d' > d: at a cell's bit
         # (b, d), dimensions after d are fixed down to bit b, those before it down to bit b + 1
-        at = {d: fixed(d, b) for d in active}
-        after_count, after_size = np.ones(cells), np.ones(cells)
-        suffix = {}
-        for d in reversed(active):
-            suffix[d] = (after_count, after_size)
-            after_count, after_size = after_count * at[d][0], after_size * at[d][1]
-        before_count, before_size = np.ones(cells), np.ones(cells)
-        for d in active:
-            value, _, used, _ = tables[d]
-            one = ((b < used) & (((value >> b) & 1) == 1))[rows[d]] * float(1 << b)  # 2^b values below, stored
-            rank += one * before_count * suffix[d][0]
-            before += one * before_size * suffix[d][1]
-            before_count, before_size = before_count * above[d][0], before_size * above[d][1]
+        at = [levels.fixed(j, b, sized) for j in range(len(active))]
+        one = [levels.below(j, b) for j in range(len(active))]
+        counts = levels.combine(one, [f[0] for f in above], [f[0] for f in at])
+        rank += counts
+        before += levels.combine(one, [f[1] for f in above], [f[1] for f in at]) if sized else counts
         above = at
-    size = scale.copy()
-    for d in active:
-        value, top, _, lack = tables[d]
-        size *= np.where(value == top - 1, 1.0 - lack, 1.0)[rows[d]]
-    return rank.astype(np.int64), before * scale, size
+    own = levels.product([levels.own(j) for j in range(len(active))]) if sized else 1.0
+    return rank.astype(np.int64), before * per_cell, own * per_cell
+
+
+class _Levels:
+    """The cells of boxes (``(boxes, m)`` arrays), as outer products of per-dimension tables of each box's
+    coordinates along it: level ``j`` holds, per box, the cells of its dimensions ``j`` and after, in C order.
+    Each entry of level ``j`` is one coordinate along ``j`` (``table[j]``: its place in that dimension's table)
+    times one entry of level ``j + 1`` (``child[j]``): so a per-cell sum over dimensions of per-dimension
+    products is built from the last dimension to the first in one pass, not once per dimension."""
+
+    def __init__(self, lo: np.ndarray, length: np.ndarray, stored: np.ndarray, bits: np.ndarray,
+                 short: np.ndarray) -> None:
+        boxes, m = lo.shape
+        self.values: list[np.ndarray] = []  # per dimension, each box's coordinates along it, box by box
+        self.tops: list[np.ndarray] = []  # and for each, its box's stored length, bits and last cell's lack
+        self.used: list[np.ndarray] = []
+        self.lacks: list[np.ndarray] = []
+        for j in range(m):
+            start = np.cumsum(length[:, j]) - length[:, j]
+            owner = np.repeat(np.arange(boxes), length[:, j])
+            self.values.append(lo[owner, j] + np.arange(owner.size) - start[owner])
+            self.tops.append(stored[owner, j])
+            self.used.append(bits[owner, j])
+            self.lacks.append(short[owner, j])
+        self.table: list[np.ndarray] = []
+        self.child: list[np.ndarray] = []
+        below = np.ones(boxes, dtype=np.int64)  # the cells of a box's dimensions after j
+        below_start = np.zeros(boxes, dtype=np.int64)
+        for j in range(m - 1, -1, -1):
+            size = below * length[:, j]
+            start = np.cumsum(size) - size
+            box = np.repeat(np.arange(boxes), size)
+            offset = np.arange(box.size) - start[box]
+            along = offset // below[box]
+            self.table.insert(0, (np.cumsum(length[:, j]) - length[:, j])[box] + along)
+            self.child.insert(0, below_start[box] + offset - along * below[box])
+            below, below_start = size, start
+
+    def fixed(self, j: int, free: int, sized: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Per coordinate along j, the stored values that share its bits >= ``free``: how many, and (if
+        ``sized``) their sizes summed."""
+        value, top, used, lack = self.values[j], self.tops[j], self.used[j], self.lacks[j]
+        f = np.minimum(free, used)
+        prefix = (value >> f) << f
+        count = np.minimum(top - prefix, np.left_shift(1, f)).astype(np.float64)  # >= 1: its own value is stored
+        return count, (count - np.where(prefix + count == top, lack, 0.0) if sized else count)
+
+    def below(self, j: int, b: int) -> np.ndarray:
+        """Per coordinate along j, the values below it at bit b (2^b, all stored and whole) where that bit is
+        1, else 0."""
+        return ((b < self.used[j]) & (((self.values[j] >> b) & 1) == 1)) * float(1 << b)
+
+    def own(self, j: int) -> np.ndarray:
+        """Per coordinate along j, its size: less where it is the last stored."""
+        return np.where(self.values[j] == self.tops[j] - 1, 1.0 - self.lacks[j], 1.0)
+
+    def product(self, factors: list[np.ndarray]) -> np.ndarray:
+        """Per cell, the product over dimensions of ``factors`` (one per coordinate, per dimension)."""
+        out = factors[-1][self.table[-1]]
+        for j in range(len(factors) - 2, -1, -1):
+            out = factors[j][self.table[j]] * out[self.child[j]]
+        return out
+
+    def combine(self, one: list[np.ndarray], before: list[np.ndarray], after: list[np.ndarray]) -> np.ndarray:
+        """Per cell, the sum over dimensions d of ``one[d]`` times the product of ``before`` over the dimensions
+        before d and of ``after`` over those after it (each a per-coordinate table per dimension)."""
+        m = len(one)
+        total = one[-1][self.table[-1]]  # over dimensions j and after
+        suffix = after[-1][self.table[-1]]  # product of `after` over dimensions j and after
+        for j in range(m - 2, -1, -1):
+            at, kid_total, kid_suffix = self.table[j], total[self.child[j]], suffix[self.child[j]]
+            total = one[j][at] * kid_suffix + before[j][at] * kid_total
+            if j:
+                suffix = after[j][at] * kid_suffix
+        return total
+
+
+def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each set of equal rows of an integer ``table`` (ascending), and the set of each row (an
+    index into those): rows keyed by a hash of their columns (`_row_keys`), each checked against its key's first
+    row (if two sets share a key, by their bytes)."""
+    if table.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    _, firsts, which = np.unique(_row_keys(table), return_index=True, return_inverse=True)
+    if not np.array_equal(table, table[firsts[which]]):
+        rows = np.ascontiguousarray(table).view(np.dtype((np.void, table.dtype.itemsize * table.shape[1])))
+        _, firsts, which = np.unique(rows.ravel(), return_index=True, return_inverse=True)
+    order = np.argsort(firsts)  # sets in order of their first row
+    return firsts[order], inverse(order)[which.ravel()]
+
+
+def _row_keys(table: np.ndarray) -> np.ndarray:
+    """A 64-bit key of each row of an integer ``table``: its columns folded in one by one (`_mix`)."""
+    key = np.zeros(table.shape[0], dtype=np.uint64)
+    for column in table.T:
+        key = _mix(key ^ column.astype(np.uint64))
+    return key
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """A bijection of 64-bit words that spreads every bit (a multiply by an odd constant, wrapping, then an
+    xor-shift)."""
+    with np.errstate(over="ignore"):
+        x = x * np.uint64(0x9E3779B97F4A7C15)
+    return x ^ (x >> np.uint64(31))  # type: ignore[no-any-return]
 
 
 def _bit_length(values: np.ndarray) -> np.ndarray:
