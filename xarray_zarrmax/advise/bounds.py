@@ -341,8 +341,7 @@ class SearchBounds:
             for runs in counts:
                 requests[where[runs.rows]] += runs.requests
                 gap_bytes[where[runs.rows]] += runs.gap_bytes
-        rows = (np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 and pairwise
-                else np.zeros(0, dtype=np.int64))
+        rows = np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 else np.zeros(0, dtype=np.int64)
         rows = np.setdiff1d(rows, counted, assume_unique=True)
         if rows.size:  # only rows that could gain (in a bound for every sharding nothing is apart)
             fresh[rows] = self._fresh(outer[rows], starts, stops, pointed)
@@ -401,18 +400,26 @@ class SearchBounds:
         fresh[:, 0] = True
         if windows > _PAIRWISE or windows < 2:
             return fresh
-        # per dimension, the first and last object of each selection (a pointwise read: its whole dimension)
+        # per dimension, the first and last object of each selection (a pointwise read: its whole dimension), in
+        # 32 bits where they fit: the pairs below are memory-bound
+        small = int(stops.max(initial=0)) < 2 ** 31
         o = outer[:, None, :]
         lo = np.where(pointed[None], 0, starts[None] // o)
-        hi = np.where(pointed[None], np.iinfo(np.int64).max, (stops[None] - 1) // o)
-        # (rows, later, earlier, ndim): apart along a dimension; fresh when apart from every earlier one. In
-        # blocks of rows: a batch of 1024 windows compares a million pairs a row
+        hi = np.where(pointed[None], np.iinfo(np.int32 if small else np.int64).max, (stops[None] - 1) // o)
+        if small:
+            lo, hi = lo.astype(np.int32), hi.astype(np.int32)
+        # (rows, later, earlier): apart along some dimension (or not earlier); fresh when apart from every earlier
+        # one. In blocks of rows: a batch of 1024 windows compares a million pairs a row
         later = ~np.tri(windows, k=-1, dtype=bool)[None]
-        step = max(1, (1 << 24) // (windows * windows * max(1, outer.shape[1])))
+        step = max(1, (1 << 22) // (windows * windows))
         for a in range(0, k, step):
             b = a + step
-            apart = ((lo[a:b, None, :, :] > hi[a:b, :, None, :]) | (hi[a:b, None, :, :] < lo[a:b, :, None, :]))
-            fresh[a:b] |= (apart.any(axis=3) | later).all(axis=2)
+            apart = np.repeat(later, min(b, k) - a, axis=0)
+            for d in range(outer.shape[1]):
+                low, high = lo[a:b, :, d], hi[a:b, :, d]
+                apart |= low[:, None, :] > high[:, :, None]
+                apart |= high[:, None, :] < low[:, :, None]
+            fresh[a:b] |= apart.all(axis=2)
         return fresh
 
 

@@ -233,15 +233,24 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     slowest = high(fastest)
 
     def tied(rows: np.ndarray) -> np.ndarray:
-        return (rows @ bounds.key_factors <= slowest) & could_tie(rows, fastest.terms, bounds.costs)
+        # in blocks: their temporaries stay in memory already mapped (a large array is mapped afresh each time)
+        return np.concatenate([(part @ bounds.key_factors <= slowest) & could_tie(part, fastest.terms, bounds.costs)
+                               for part in np.array_split(rows, max(1, len(rows) // _TIED))]) if len(rows) else \
+            np.zeros(0, dtype=bool)
 
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
     waiting: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
+    # a block's keys ascend, and a row's weighted sum is at least its key times the least factor: the rows past
+    # `slowest` over that factor cannot tie (cut before they are copied)
+    least = float(bounds.key_factors.min())
+    reach = slowest / least * (1 + 1e-9) if least > 0 else math.inf
     for what, index in left:
         if what >= 0:
             block = blocks[what]
-            waiting[block.level].append((block.rows[index:], block.owner[index:], block.ks[index:]))
+            cut = int(np.searchsorted(block.key, reach, side="right"))
+            if cut > index:
+                waiting[block.level].append((block.rows[index:cut], block.owner[index:cut], block.ks[index:cut]))
     shapes_left = np.asarray([i for w, i in left if w == -2], dtype=np.int64)
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
@@ -278,6 +287,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
 #: The levels of bound (`bounds.LISTED` ...) a sharded layout is taken through, each while it could still win
 LEVELS = (LISTED, QUICK, PAIRWISE, SAMPLED, RANGES)
+
+#: Rows tested for ties at once
+_TIED = 8192
 
 #: Unsharded layouts costed at most (times ``starts``) before the first phase, for its first limit
 _SEEDS = 4
