@@ -20,9 +20,10 @@ from xarray_zarrmax.tuning import JOB_BYTES
 #: `SearchBounds`' levels of bound, each higher and slower than the one before. LISTED: a sharded layout as its chunk
 #: shape's bound of every sharding, raised by its own shards' objects and indexes (`SearchBounds.sharded_floor`).
 #: QUICK: objects counted in the first `_QUICK` selections of each pattern alone (one each for the rest), the
-#: bandwidth taken at its most, only the first selection taken as finding no index cached. PAIRWISE: every
-#: selection, each shard's index cached from its first touch on (`revisits`). RANGES: and the ranges each selection
-#: reads from a shard, merged or not (`ranged`)
+#: bandwidth taken at its most, a selection taken as finding no index cached only when it is the first or its
+#: shards are apart from every earlier one's (`_fresh`). PAIRWISE: every selection, each shard's index cached from
+#: its first touch on (`revisits`). SAMPLED: and the ranges a quarter of the selections read from a shard, merged
+#: or not (`ranged`). RANGES: those of every selection
 LISTED, QUICK, PAIRWISE, SAMPLED, RANGES = 0, 1, 2, 3, 4
 
 
