@@ -305,3 +305,46 @@ def test_ties_do_not_depend_on_the_scale_of_the_weights() -> None:
         assert tied <= {c.layout for c in found}
         ties.append(tied)
     assert ties[0] == ties[1]
+
+
+@pytest.mark.parametrize("seed", [3, 5, 11, 14, 31])  # 3, 11 and 31 see a neighbour that could tie
+def test_refining_leaves_uncosted_only_neighbours_that_cannot_tie(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local search off the grid costs a neighbour when it could be a step (its bound within the current
+    score) or could tie with the fastest it returns (as the search does for the grid's layouts, under a wide
+    spread): every neighbour it looked at and left uncosted is ruled out by its bound."""
+    import dataclasses
+
+    from xarray_zarrmax.advise import advisor
+    from xarray_zarrmax.advise.search import branch_and_bound, layout_terms, tied_with
+
+    shape, dims, mix, costs, reader = _case(500 + seed)
+    costs = dataclasses.replace(costs, spread=(
+        ("latency_s", costs.latency_s * 0.3, costs.latency_s * 3), ("request_bps", 2e7, 3e8),
+        ("decode_bps", costs.decode_bps * 0.3, costs.decode_bps * 3)))
+    seen: list[Layout] = []
+    polished: list = []
+    real_neighbours = advisor.neighbours
+
+    def neighbours_seen(layout: Layout, shape_: tuple[int, ...], itemsize: int) -> list[Layout]:
+        near = real_neighbours(layout, shape_, itemsize)
+        seen.extend(near)
+        return near
+
+    def watched(shape_, grid, bounds, cost, progress, total, budget=None, polish=None, starts=1,  # type: ignore[no-untyped-def]
+                feasible=None):
+        def polish_seen(ranked):  # type: ignore[no-untyped-def]
+            polished.append(polish(ranked))
+            return polished[-1]
+
+        return branch_and_bound(shape_, grid, bounds, cost, progress, total, budget, polish_seen, starts, feasible)
+
+    monkeypatch.setattr(advisor, "neighbours", neighbours_seen)
+    monkeypatch.setattr(advisor, "branch_and_bound", watched)
+    found, _ = advisor.search(shape, dims, 4, mix, costs=costs, reader=reader)
+    costed = {c.layout for c in found}
+    left = [lay for lay in dict.fromkeys(seen) if lay not in costed]
+    assert polished and seen and left, (len(seen), len(left))
+    patterns = parse_patterns(mix)
+    bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
+                          {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, reader)
+    assert not tied_with(bounds, layout_terms(bounds, left), polished[0]).any()

@@ -44,7 +44,7 @@ from xarray_zarrmax.advise.patterns import (
 )
 from xarray_zarrmax.advise.probe import Progress, deferred, probe_decoder, probe_reader, probe_store, text_progress
 from xarray_zarrmax.advise.report import MB, AdviceReport, Candidate, Constraints
-from xarray_zarrmax.advise.search import SearchOutcome, branch_and_bound, high, layout_bounds
+from xarray_zarrmax.advise.search import SearchOutcome, branch_and_bound, layout_terms, tied_with
 from xarray_zarrmax.advise.validate import (
     check_dataset,
     check_progress,
@@ -148,18 +148,20 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
 
         def polish(starts: list[Candidate]) -> Candidate:
             """From the grid's `REFINE_STARTS` fastest, a local search (`neighbours`, each step to the best
-            neighbour while it is better) for lengths off the grid's ladders: the fastest costed after it."""
-            limit = min(high(c) for c in starts)
+            neighbour while it is better) for lengths off the grid's ladders: the fastest costed after it, and
+            every neighbour seen that could tie with it costed (as the search does for the grid's layouts)."""
+            passed: list[tuple[list[Layout], np.ndarray]] = []  # neighbours left uncosted, with their bounds
             for s, start in enumerate(sorted(starts, key=order)):
                 current = start
                 for step_no in range(REFINE_STEPS):
-                    # a neighbour whose bound exceeds both the current score and the least high end costed can
-                    # neither be a step nor tie with the best: left uncosted
+                    # a neighbour whose bound exceeds the current score cannot be a step: left for the ties
                     near_layouts = neighbours(current.layout, shape, itemsize)
-                    low = layout_bounds(bounds, near_layouts)
-                    near = [c for c in (cost(lay) for lay, b in zip(near_layouts, low, strict=True)
-                                        if b <= max(current.score, limit)) if c is not None]
-                    limit = min([limit, *(high(c) for c in near)])
+                    rows = layout_terms(bounds, near_layouts)
+                    could_step = rows @ bounds.key_factors <= current.score
+                    near = [c for c in (cost(lay) for lay, ok in zip(near_layouts, could_step, strict=True) if ok)
+                            if c is not None]
+                    passed.append(([lay for lay, ok in zip(near_layouts, could_step, strict=True) if not ok],
+                                   rows[~could_step]))
                     step = min(near, key=order, default=None)
                     if progress is not None:
                         progress(steps + s * REFINE_STEPS + step_no + 1, total, "refining the best")
@@ -168,7 +170,15 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
                     current = step
             if progress is not None:
                 progress(steps + REFINE_STARTS * REFINE_STEPS - 1, total, "costing what could tie with the best")
-            return min((c for c in costed.values() if c is not None), key=order)
+            while True:  # until the fastest stays: one of its ties may be faster still
+                fastest = min((c for c in costed.values() if c is not None), key=order)
+                could = [lay for lays, rows in passed
+                         for lay, ok in zip(lays, tied_with(bounds, rows, fastest), strict=True)
+                         if ok and lay not in costed]
+                if not could:
+                    return fastest
+                for lay in could:
+                    cost(lay)
 
         def feasible(chunks: np.ndarray, outer: np.ndarray) -> np.ndarray:
             return objects_meet(shape, itemsize, costs.ratio, outer, constraints.max_object_bytes,

@@ -40,13 +40,24 @@ def high(candidate: Any) -> float:
 
 def layout_bounds(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray:
     """`SearchBounds.seconds` of each layout (its own chunks, objects and shard indexes)."""
+    return layout_terms(bounds, layouts) @ bounds.key_factors  # type: ignore[no-any-return]
+
+
+def layout_terms(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray:
+    """`SearchBounds.terms` of each layout (its own chunks, objects and shard indexes), ``(len(layouts), 11)``."""
     if not layouts:
-        return np.zeros(0)
+        return np.zeros((0, len(TERMS)))
     chunks = np.asarray([lay.chunks for lay in layouts], dtype=np.int64)
     outer = np.asarray([lay.outer for lay in layouts], dtype=np.int64)
     sharded = np.asarray([lay.shards is not None for lay in layouts])
     per_object = np.asarray([lay.chunks_per_object() for lay in layouts], dtype=np.float64)
-    return bounds.seconds(chunks, outer, sharded, per_object)
+    return bounds.terms(chunks, outer, sharded, per_object)
+
+
+def tied_with(bounds: SearchBounds, rows: np.ndarray, fastest: Any) -> np.ndarray:
+    """Per row of term bounds, whether its layout could tie with ``fastest`` (a costed candidate): its bound
+    within the slow end of the fastest's score, and `could_tie` with its terms."""
+    return (rows @ bounds.key_factors <= high(fastest)) & could_tie(rows, fastest.terms, bounds.costs)
 
 
 def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.ndarray:
@@ -234,15 +245,15 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     def tied(rows: np.ndarray) -> np.ndarray:
         # in blocks: their temporaries stay in memory already mapped (a large array is mapped afresh each time)
-        return np.concatenate([(part @ bounds.key_factors <= slowest) & could_tie(part, fastest.terms, bounds.costs)
-                               for part in np.array_split(rows, max(1, len(rows) // _TIED))]) if len(rows) else \
-            np.zeros(0, dtype=bool)
+        return np.concatenate([tied_with(bounds, part, fastest) for part in np.array_split(rows, max(1, len(rows)
+                                                                                               // _TIED))]) \
+            if len(rows) else np.zeros(0, dtype=bool)
 
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
     waiting: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
     # a block's keys ascend, and a row's weighted sum is at least its key times the least factor: the rows past
-    # `slowest` over that factor cannot tie (cut before they are copied)
+    # `slowest` over that factor cannot tie, nor can those whose weighted sum is past it (left before copying)
     least = float(bounds.key_factors.min())
     reach = slowest / least * (1 + 1e-9) if least > 0 else math.inf
     for what, index in left:
@@ -250,7 +261,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             block = blocks[what]
             cut = int(np.searchsorted(block.key, reach, side="right"))
             if cut > index:
-                waiting[block.level].append((block.rows[index:cut], block.owner[index:cut], block.ks[index:cut]))
+                near = index + np.flatnonzero(block.rows[index:cut] @ bounds.key_factors <= slowest)
+                waiting[block.level].append((block.rows[near], block.owner[near], block.ks[near]))
     shapes_left = np.asarray([i for w, i in left if w == -2], dtype=np.int64)
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
