@@ -165,6 +165,8 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     pieces = np.bincount(read, weights=cells)  # chunks touched in each read
     # by ranges, whether or not its index is cached; one chunk has no gap
     keep = ((pieces < layouts.fraction * layouts.per_object[row[starts_read]]) & (pieces > 1))[read]
+    if not keep.any():  # no read by ranges of more than one chunk: nothing to count
+        return np.zeros(k), np.zeros(k)
     read, row, cells = read[keep], row[keep], cells[keep]
     rank, before, own = box_offsets(lo[keep], length[keep], stored[keep], grid[keep], last[keep])
     cell_read = np.repeat(read, cells)
