@@ -244,10 +244,11 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     slowest = high(fastest)
 
     def tied(rows: np.ndarray) -> np.ndarray:
+        if not len(rows):
+            return np.zeros(0, dtype=bool)
         # in blocks: their temporaries stay in memory already mapped (a large array is mapped afresh each time)
-        return np.concatenate([tied_with(bounds, part, fastest) for part in np.array_split(rows, max(1, len(rows)
-                                                                                               // _TIED))]) \
-            if len(rows) else np.zeros(0, dtype=bool)
+        parts = np.array_split(rows, max(1, len(rows) // _TIED))
+        return np.concatenate([tied_with(bounds, part, fastest) for part in parts])
 
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
