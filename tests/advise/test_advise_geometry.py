@@ -117,7 +117,7 @@ def test_the_bound_never_exceeds_the_prediction() -> None:
     """`SearchBounds` is a lower bound of every layout's score, on a grid of a small 3-D array."""
     from xarray_zarrmax.advise.bounds import RANGES, SearchBounds
     from xarray_zarrmax.advise.candidates import candidate_layouts
-    from xarray_zarrmax.advise.search import LEVELS, layout_bounds
+    from xarray_zarrmax.advise.search import LEVELS, layout_terms
     shape, dims = (24, 13, 30), ("time", "lat", "lon")
     mix = {"timeseries": 1.0, "map": 1.0, "random-batch": 1.0}
     costs, reader = Costs(latency_s=1e-3, request_s=2e-5, chunk_s=1e-5, index_s=3e-5, ratio=0.4), Reader()
@@ -131,7 +131,7 @@ def test_the_bound_never_exceeds_the_prediction() -> None:
             np.asarray([lay.shards is not None for lay in layouts]),
             np.asarray([lay.chunks_per_object() for lay in layouts], dtype=float))
     for level in LEVELS[1:]:  # each level of a layout's own bound (LISTED: test_advise_search_proof.py)
-        low = layout_bounds(bounds, layouts) if level == RANGES else bounds.seconds(*rows, level)
+        low = layout_terms(bounds, layouts) @ bounds.key_factors if level == RANGES else bounds.seconds(*rows, level)
         for layout, b in zip(layouts, low, strict=True):
             assert b <= scored[layout] * (1 + 1e-9), (layout, b, scored[layout])
 

@@ -38,11 +38,6 @@ def high(candidate: Any) -> float:
     return max(candidate.high, candidate.score)
 
 
-def layout_bounds(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray:
-    """`SearchBounds.seconds` of each layout (its own chunks, objects and shard indexes)."""
-    return layout_terms(bounds, layouts) @ bounds.key_factors  # type: ignore[no-any-return]
-
-
 def layout_terms(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray:
     """`SearchBounds.terms` of each layout (its own chunks, objects and shard indexes), ``(len(layouts), 11)``."""
     if not layouts:
