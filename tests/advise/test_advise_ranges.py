@@ -207,6 +207,10 @@ def test_morton_offsets_of_boxes_alike_are_each_boxs_own() -> None:
                  for i in picks]
         for got, want in zip(together, zip(*alone, strict=True), strict=True):
             np.testing.assert_array_equal(got, np.concatenate(want))
+        # and each box's ranks are those of the shard laid out whole, box by box in C order
+        rank, _ = _stored_layout(grid, extents, chunks, 1000, True)
+        boxes = [rank[tuple(slice(a, a + n) for a, n in zip(lo[i], length[i], strict=True))].ravel() for i in picks]
+        np.testing.assert_array_equal(together[0], np.concatenate(boxes))
 
 
 def test_distinct_rows_are_told_apart_when_their_keys_collide() -> None:

@@ -170,7 +170,7 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
                     current = step
             if progress is not None:
                 progress(steps + REFINE_STARTS * REFINE_STEPS - 1, total, "costing what could tie with the best")
-            while True:  # until the fastest stays: one of its ties may be faster still
+            while True:  # a tie costed is no faster while the bounds hold; should one be, its ties are costed too
                 fastest = min((c for c in costed.values() if c is not None), key=order)
                 could = [lay for lays, rows in passed
                          for lay, ok in zip(lays, tied_with(bounds, rows, fastest), strict=True)

@@ -99,8 +99,8 @@ class SearchBounds:
         """``(k, len(TERMS))``: a lower bound of each term of `predict_terms`, weighted over the mix, for each
         row of ``chunks`` and ``outer`` (``(k, ndim)``). The transfer is put under the rate that bounds it where
         the bounds of the requests tell which, else under "transfer". Each ``level`` is higher and slower than
-        the one before (`QUICK`, `PAIRWISE`, `RANGES`): the search takes a layout up level by level while it
-        could still win."""
+        the one before (`QUICK`, `PAIRWISE`, `SAMPLED`, `RANGES`; `LISTED` is `sharded_floor`): the search takes
+        a layout up level by level while it could still win."""
         chunks = np.asarray(chunks, dtype=np.int64).reshape(-1, self.shape.size)
         outer = np.asarray(outer, dtype=np.int64).reshape(chunks.shape)
         total = np.zeros((chunks.shape[0], len(TERMS)))

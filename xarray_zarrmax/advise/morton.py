@@ -95,10 +95,10 @@ def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.nd
     # scales every sum, its count is 1
     active = [d for d in range(ndim) if bits[:, d].any()]
     scale = np.prod(1.0 - short[:, [d for d in range(ndim) if d not in active]], axis=1)
-    levels = _Levels(lo[:, active], length[:, active], stored[:, active], bits[:, active], short[:, active])
     per_cell = np.repeat(scale, np.prod(length, axis=1))
     if not active:
         return np.zeros(per_cell.size, dtype=np.int64), np.zeros(per_cell.size), per_cell
+    levels = _Levels(lo[:, active], length[:, active], stored[:, active], bits[:, active], short[:, active])
     sized = bool((short[:, active] > 0).any())  # some cell smaller than a whole one: sizes summed apart
     top_level = int(bits.max(initial=0))
     # F(b + 1) per dimension: at the top, every value (the dimension's whole run)

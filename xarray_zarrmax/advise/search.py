@@ -296,7 +296,7 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 #: The levels of bound (`bounds.LISTED` ...) a sharded layout is taken through, each while it could still win
 LEVELS = (LISTED, QUICK, PAIRWISE, SAMPLED, RANGES)
 
-#: Rows tested for ties at once
+#: Rows tested for ties at once, at least (blocks of 8,192 to 16,383)
 _TIED = 8192
 
 #: Unsharded layouts costed at most (times ``starts``) before the first phase, for its first limit
@@ -312,7 +312,7 @@ _STEP = {LISTED: 1024, QUICK: 256, PAIRWISE: 128, SAMPLED: 64}
 @dataclass(frozen=True, slots=True)
 class _Block:
     """Sharded layouts listed together, by ascending key: their keys, term bounds, chunk shapes (indices into
-    the grid) and chunks per shard, and the level of the bounds (`bounds.QUICK`, `PAIRWISE`, `RANGES`)."""
+    the grid) and chunks per shard, and the level of the bounds (`LEVELS`)."""
 
     key: np.ndarray
     rows: np.ndarray
