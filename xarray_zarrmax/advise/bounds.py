@@ -56,6 +56,9 @@ class SearchBounds:
       comes first): for layouts whose windows touch at most 64 shards each, shard by shard (`revisits`), which
       also counts each index once, each index request and the untouched bytes of shards read whole; else by
       the window's first shard, for windows whose shards no earlier one touched;
+    - from `SAMPLED` up, the ranges of shards read by ranges (`ranged`): of a batch's windows, also those of a
+      shard an earlier window touched (its index cached, however many of its chunks); of a pointwise read (no
+      index cached), each such shard's index request, and each shard it reads whole, its untouched bytes and parts;
     - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
       ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 
@@ -328,18 +331,24 @@ class SearchBounds:
             # the shards read by ranges: a request a gap too wide to merge, the bytes of each merged one (SAMPLED:
             # of the first quarter of the selections, each adding to the count)
             sampled = windows if level >= RANGES else max(1, windows // 4)
-            pointwise = {j: (dims, points) for j, dims, points in pattern.points}
-            boxes = [j for j in range(sampled) if j not in pointwise]
             where = np.flatnonzero(sharded)
             args = (chunk_enc[sharded], self.compressed, self.reader.full_shard_fraction, self.reader.coalesce_gap,
                     self.reader.local, self.itemsize)
-            counts = [ranged_points(self.shape, chunks[sharded], outer[sharded], per_object[sharded], starts[j],
-                                    stops[j], dims, points, *args)
-                      for j, (dims, points) in pointwise.items() if j < sampled]
+            for j, dims, points in pattern.points:
+                # a pointwise read finds no index cached (`counting._count_points`): each shard it reads by ranges,
+                # its index a request of its own; each other, whole, in split_size parts (the gaps of those
+                # sampled)
+                runs = ranged_points(self.shape, chunks[sharded], outer[sharded], per_object[sharded], starts[j],
+                                     stops[j], dims, points, *args, index_bytes[sharded],
+                                     max(1, self.reader.split_size), gaps=j < sampled)
+                at = where[runs.rows]
+                requests[at] += runs.requests + runs.by_ranges + runs.whole_parts
+                gap_bytes[at] += runs.gap_bytes
+                whole_extra[at] += runs.whole_extra
+            boxes = [j for j in range(sampled) if j not in {p[0] for p in pattern.points}]
             if boxes:
-                counts.append(ranged_runs(self.shape, chunks[sharded], outer[sharded], per_object[sharded],
-                                          starts[boxes], stops[boxes], *args))
-            for runs in counts:
+                runs = ranged_runs(self.shape, chunks[sharded], outer[sharded], per_object[sharded], starts[boxes],
+                                   stops[boxes], *args, several=pattern.starts.shape[0] > 1)
                 requests[where[runs.rows]] += runs.requests
                 gap_bytes[where[runs.rows]] += runs.gap_bytes
         rows = np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 else np.zeros(0, dtype=np.int64)

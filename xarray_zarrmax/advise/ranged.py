@@ -1,6 +1,8 @@
 """How many ranges, and how many bytes between the chunks, a sequence of box selections reads from shards it reads
 by ranges, for many layouts at once, in numpy: what lets `bounds.SearchBounds` bound a batch's requests and bytes
-as `counting.count_read` counts them, rather than as one request and the chunks' own bytes per shard.
+as `counting.count_read` counts them, rather than as one request and the chunks' own bytes per shard. And of a
+read that finds no index cached (a pointwise read), the index request of each shard it reads by ranges and the
+bytes and parts of each it reads whole.
 
 Our reader reads the chunks a selection touches in a shard as byte ranges in the shard's (Morton) order, merged
 when the stored bytes between two are at most ``coalesce_gap`` (`counting.coalesced_runs`): each unmerged gap is
@@ -16,18 +18,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.advise.morton import box_offsets
-from xarray_zarrmax.tuning import STREAM_BYTES
+from xarray_zarrmax.tuning import MAX_WINDOW_OBJECTS, STREAM_BYTES
 
 
 @dataclass(frozen=True, slots=True)
 class Ranged:
     """For ``rows`` (indices into the layouts given), at least the requests beyond one per shard a selection
     reads, and the bytes between its chunks, of the shards read by ranges (those a selection touches in fewer
-    than ``full_shard_fraction`` of their chunks: by ranges whether or not their index is cached)."""
+    than ``full_shard_fraction`` of their chunks: by ranges whether or not their index is cached; and, of a read
+    of several selections, a shard an earlier one touched: its index cached). The reads by ranges and those of a
+    whole shard, as a read that finds no index cached makes them (a pointwise read, `counting._count_points`)."""
 
-    rows: np.ndarray  # (r,) the layouts counted: their selections touch `CHUNKS_PER_WINDOW` chunks or fewer each
-    requests: np.ndarray  # (r,) gaps too wide to merge
-    gap_bytes: np.ndarray  # (r,) bytes of the gaps merged
+    rows: np.ndarray  # (r,) the layouts counted
+    requests: np.ndarray  # (r,) gaps too wide to merge (0 where a selection touches over `CHUNKS_PER_WINDOW` chunks)
+    gap_bytes: np.ndarray  # (r,) bytes of the gaps merged (0 there too)
+    # with no index cached: a read (of a group from one shard) by ranges costs its index's request, and one of
+    # at least ``full_shard_fraction`` of the shard's chunks reads the whole shard
+    by_ranges: np.ndarray  # (r,) reads by ranges, one chunk or more
+    whole_extra: np.ndarray  # (r,) bytes at least of whole shards' chunks not touched (0 on a local store)
+    whole_parts: np.ndarray  # (r,) requests beyond one a whole shard, read in ``split_size`` parts (0 locally)
 
 
 #: Chunks a selection touches on average, at most, for a layout to be counted (others keep one request a shard):
@@ -38,11 +47,15 @@ CHUNKS_PER_WINDOW = 256
 
 def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
                 starts: np.ndarray, stops: np.ndarray, chunk_enc: np.ndarray, compressed: bool,
-                full_shard_fraction: float, coalesce_gap: int, local: bool, itemsize: int) -> Ranged:
+                full_shard_fraction: float, coalesce_gap: int, local: bool, itemsize: int,
+                index_bytes: np.ndarray | None = None, split_size: int = 1, several: bool = False) -> Ranged:
     """`Ranged` of the sharded layouts ``chunks`` in ``outer`` (``(k, ndim)``; ``per_object`` their chunks per
-    shard, ``chunk_enc`` their encoded chunk bytes) for the box selections ``starts``/``stops``
-    (``(windows, ndim)``). ``local``: a local read of `tuning.STREAM_BYTES` or more from a shard reads its ranges
-    in capped pieces (`counting.capped_runs`: no fewer requests, but no gap's bytes are known to be read)."""
+    shard, ``chunk_enc`` their encoded chunk bytes, ``index_bytes`` their index's) for the box selections
+    ``starts``/``stops`` (``(windows, ndim)``). ``local``: a local read of `tuning.STREAM_BYTES` or more from a
+    shard reads its ranges in capped pieces (`counting.capped_runs`: no fewer requests, but no gap's bytes are
+    known to be read); an object store reads a whole shard in ``split_size`` parts. ``several``: the selections
+    are some of a read of more than one (`counting.count_read` then caches each shard's index from its first
+    touch on, so a shard touched again is read by ranges however many of its chunks)."""
     k, ndim = chunks.shape
     windows = starts.shape[0]
     first = starts[None] // chunks[:, None]  # (k, windows, ndim): the chunks each selection touches
@@ -52,21 +65,22 @@ def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_ob
     box_row = np.repeat(np.arange(k), windows)  # one box of chunks a (layout, selection)
     boxes = countable[:, None] * windows + np.arange(windows)[None]
     layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
-                       coalesce_gap, local, itemsize)
+                       coalesce_gap, local, itemsize, _index_bytes(index_bytes, k), split_size)
     return _counted(layouts, countable, totals, box_row[boxes.ravel()], boxes.ravel(),
-                    first.reshape(-1, ndim)[boxes.ravel()], span.reshape(-1, ndim)[boxes.ravel()])
+                    first.reshape(-1, ndim)[boxes.ravel()], span.reshape(-1, ndim)[boxes.ravel()], several=several)
 
 
 def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
                   starts: np.ndarray, stops: np.ndarray, dims: list[int], points: np.ndarray,
                   chunk_enc: np.ndarray, compressed: bool, full_shard_fraction: float, coalesce_gap: int,
-                  local: bool, itemsize: int) -> Ranged:
+                  local: bool, itemsize: int, index_bytes: np.ndarray | None = None, split_size: int = 1,
+                  gaps: bool = True) -> Ranged:
     """`ranged_runs` of a pointwise read (as `counting._count_points` reads it): along ``dims`` the distinct
     chunks holding its ``points`` (``(count, len(dims))``), along the others the box ``starts``/``stops``
     (``(ndim,)``); each object read as one fetch of the chunks it holds."""
     k, ndim = chunks.shape
     if points.shape[0] == 0:
-        return Ranged(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+        return Ranged(*(np.zeros(0, dtype=np.int64) if i == 0 else np.zeros(0) for i in range(6)))
     # per layout, the distinct chunks holding a point (along dims): one box of chunks each
     ids = points[None] // chunks[:, None, dims]  # (k, count, len(dims))
     row = np.repeat(np.arange(k), points.shape[0])
@@ -81,11 +95,12 @@ def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_
     first[:, dims] = flat
     span[:, dims] = 1
     totals = np.bincount(row, weights=np.prod(span, axis=1), minlength=k)
-    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * points.shape[0])
-    keep = np.isin(row, countable)
+    # every layout's reads by ranges (cheap: per box and shard); the gaps of those whose chunks are few
+    gapped = (totals <= CHUNKS_PER_WINDOW * points.shape[0]) & gaps
     layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
-                       coalesce_gap, local, itemsize)
-    return _counted(layouts, countable, totals, row[keep], row[keep], first[keep], span[keep])
+                       coalesce_gap, local, itemsize, _index_bytes(index_bytes, k), split_size)
+    return _counted(layouts, np.arange(k), np.where(gapped, totals, np.bincount(row, minlength=k)), row, row, first,
+                    span, gapped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +117,22 @@ class _Layouts:
     gap: int
     local: bool
     itemsize: int
+    index_bytes: np.ndarray
+    split_size: int
+
+
+def _index_bytes(index_bytes: np.ndarray | None, k: int) -> np.ndarray:
+    """Each layout's shard index bytes (none given: 0, a bound of any)."""
+    return np.zeros(k) if index_bytes is None else np.asarray(index_bytes, dtype=np.float64)
 
 
 def _counted(layouts: _Layouts, countable: np.ndarray, totals: np.ndarray, box_row: np.ndarray, group: np.ndarray,
-             first: np.ndarray, span: np.ndarray) -> Ranged:
+             first: np.ndarray, span: np.ndarray, gapped: np.ndarray | None = None, several: bool = False) -> Ranged:
     """`Ranged` of the layouts ``countable`` from boxes of chunks (``first``, ``span``: ``(boxes, ndim)``), each of a
     layout (``box_row``, ascending) and of a fetch ``group`` (the boxes of a group in a shard are one read), in
-    blocks of up to 2^20 chunks (``totals``: each layout's chunks)."""
-    requests, gap_bytes = np.zeros(countable.size), np.zeros(countable.size)
+    blocks of up to 2^20 chunks (``totals``: each layout's chunks, or boxes where its gaps are not counted);
+    ``gapped``: per layout, whether its gaps are counted (None: all)."""
+    requests, gap_bytes, by_ranges, whole_extra, whole_parts = np.zeros((5, countable.size))
     bounds = np.searchsorted(box_row, countable)  # each counted layout's first box
     a = 0
     while a < countable.size:
@@ -117,17 +140,19 @@ def _counted(layouts: _Layouts, countable: np.ndarray, totals: np.ndarray, box_r
         step = max(1, int(np.searchsorted(room, 1 << 20, side="right")))
         b = min(a + step, countable.size)
         lo, hi = int(bounds[a]), int(bounds[b]) if b < countable.size else box_row.size
-        found_requests, found_bytes = _runs(layouts, box_row[lo:hi], group[lo:hi], first[lo:hi], span[lo:hi])
-        requests[a:b], gap_bytes[a:b] = found_requests[countable[a:b]], found_bytes[countable[a:b]]
+        found = _runs(layouts, box_row[lo:hi], group[lo:hi], first[lo:hi], span[lo:hi], gapped, several)
+        requests[a:b], gap_bytes[a:b], by_ranges[a:b], whole_extra[a:b], whole_parts[a:b] = (
+            part[countable[a:b]] for part in found)
         a = b
-    return Ranged(countable, requests, gap_bytes)
+    return Ranged(countable, requests, gap_bytes, by_ranges, whole_extra, whole_parts)
 
 
 def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.ndarray,
-          span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per layout (indexed as given), the gaps too wide to merge and the bytes of those merged, of the boxes of
-    chunks given: each split by shard, and of each (group, shard) read by ranges, its chunks in the shard's
-    order (`morton.box_offsets`)."""
+          span: np.ndarray, gapped: np.ndarray | None = None, several: bool = False) -> tuple[np.ndarray, ...]:
+    """Per layout (indexed as given), the gaps too wide to merge, the bytes of those merged, the reads by
+    ranges, and of the reads of a whole shard its bytes beyond the chunks touched and its parts beyond one, of
+    the boxes of chunks given: each split by shard, and of each (group, shard) read by ranges, its chunks in the
+    shard's order (`morton.box_offsets`)."""
     shape, chunks, outer = layouts.shape, layouts.chunks, layouts.outer
     k, ndim = chunks.shape
     per = outer // chunks  # (k, ndim): a shard's chunks along each dimension
@@ -164,9 +189,16 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     cells = np.prod(length, axis=1)
     pieces = np.bincount(read, weights=cells)  # chunks touched in each read
     # by ranges, whether or not its index is cached; one chunk has no gap
-    keep = ((pieces < layouts.fraction * layouts.per_object[row[starts_read]]) & (pieces > 1))[read]
-    if not keep.any():  # no read by ranges of more than one chunk: nothing to count
-        return np.zeros(k), np.zeros(k)
+    read_layout = row[starts_read]
+    ranged = pieces < layouts.fraction * layouts.per_object[read_layout]
+    by_ranges = np.bincount(read_layout[ranged], minlength=k).astype(np.float64)
+    whole_extra, whole_parts = _whole(layouts, ~ranged, read_layout, read, stored[starts_read], last[starts_read],
+                                      pieces, lo, length, stored, last, k)
+    if several:  # and a shard touched again (its index cached) by ranges, however many of its chunks
+        ranged = ranged | _touched_again(read_layout, key_group[starts_read], key_shard[starts_read])
+    keep = (ranged & (pieces > 1))[read] & (True if gapped is None else gapped[row])
+    if not keep.any():  # no read by ranges of more than one chunk: no gap to count
+        return np.zeros(k), np.zeros(k), by_ranges, whole_extra, whole_parts
     read, row, cells = read[keep], row[keep], cells[keep]
     rank, before, own = box_offsets(lo[keep], length[keep], stored[keep], grid[keep], last[keep])
     cell_read = np.repeat(read, cells)
@@ -197,4 +229,52 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
         merged &= (pieces[cell_read] * decoded[cell_row] < STREAM_BYTES)
     requests = np.bincount(cell_row[unmerged], minlength=k).astype(np.float64)
     gap_bytes = np.bincount(cell_row[merged], weights=least[merged], minlength=k)
-    return requests, gap_bytes
+    return requests, gap_bytes, by_ranges, whole_extra, whole_parts
+
+
+def _touched_again(layout: np.ndarray, group: np.ndarray, shard: np.ndarray) -> np.ndarray:
+    """Per read (of a ``group`` from a ``shard``, sorted by group then shard; a layout's groups in the order they
+    are read), whether its shard's index is cached (`counting._count_selection`): an earlier group of its layout
+    touched the shard, and both touch at most `tuning.MAX_WINDOW_OBJECTS` shards (a larger one is costed as a
+    whole, neither using nor filling the cache)."""
+    new_group = np.ones(group.size, dtype=bool)
+    new_group[1:] = group[1:] != group[:-1]
+    number = np.cumsum(new_group) - 1
+    small = (np.bincount(number) <= MAX_WINDOW_OBJECTS)[number]
+    order = np.lexsort((group, shard, layout))  # per (layout, shard), its reads in order
+    fills = small[order].astype(np.int64)
+    new_run = np.ones(order.size, dtype=bool)
+    new_run[1:] = (layout[order][1:] != layout[order][:-1]) | (shard[order][1:] != shard[order][:-1])
+    earlier = np.cumsum(fills) - fills  # reads that fill the cache before each, over all runs
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(order.size), 0))
+    cached = np.zeros(group.size, dtype=bool)
+    cached[order] = (earlier - earlier[run_start] > 0) & small[order]
+    return cached
+
+
+def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read: np.ndarray, held: np.ndarray,
+           held_last: np.ndarray, pieces: np.ndarray, lo: np.ndarray, length: np.ndarray, stored: np.ndarray,
+           last: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per layout, of the reads ``whole`` (of a whole shard: ``held``/``held_last`` its stored chunks and their
+    last one's fraction along each dimension; ``pieces`` its chunks touched; each box's ``read``, ``lo``,
+    ``length``, ``stored`` and ``last``): the bytes at least of its chunks not touched, and its parts beyond one
+    (`revisits` counts the same of a box's first touch). Each stored chunk is at least a byte, and (compressed) at
+    least its fraction inside the array of ``chunk_enc`` less half a byte (`counting._stored_bytes` rounds); none
+    on a local store (`counting._object_fetch` may read a large shard there by ranges)."""
+    if layouts.local or not whole.any():
+        return np.zeros(k), np.zeros(k)
+    # a box's chunks' fractions summed: per dimension its length, less what its last lacks if it holds the last
+    along = length - np.where(lo + length == stored, 1.0 - last, 0.0)
+    touched_fraction = np.bincount(read, weights=np.prod(along, axis=1), minlength=whole.size)[whole]
+    chunks = np.prod(held[whole], axis=1).astype(np.float64)
+    fraction = np.prod(held[whole] - 1 + held_last[whole], axis=1)
+    enc = layouts.chunk_enc[read_layout[whole]].astype(np.float64)
+    untouched = chunks - pieces[whole]
+    if layouts.compressed:
+        extra = np.maximum(untouched, enc * (fraction - touched_fraction) - 0.5 * untouched)
+        nbytes = np.maximum(chunks, enc * fraction - 0.5 * chunks)
+    else:
+        extra, nbytes = untouched * enc, chunks * enc
+    parts = np.ceil((nbytes + layouts.index_bytes[read_layout[whole]]) / max(1, layouts.split_size)) - 1
+    return (np.bincount(read_layout[whole], weights=np.maximum(extra, 0.0), minlength=k),
+            np.bincount(read_layout[whole], weights=parts, minlength=k))
