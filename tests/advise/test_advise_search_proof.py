@@ -194,13 +194,13 @@ def test_every_layout_left_uncosted_is_ruled_out_by_its_bound(seed: int, wide: b
         costs = dataclasses.replace(costs, spread=(
             ("latency_s", costs.latency_s * 0.3, costs.latency_s * 3), ("request_bps", 2e7, 3e8),
             ("decode_bps", costs.decode_bps * 0.3, costs.decode_bps * 3)))
-    costed: set[Layout] = set()
+    costed: dict[Layout, int] = {}
     first_phase: list[float] = []
 
     def watched(shape_, grid, bounds, cost, progress, total, budget=None, polish=None, starts=1,  # type: ignore[no-untyped-def]
                 feasible=None):
         def cost_seen(layout: Layout):  # type: ignore[no-untyped-def]
-            costed.add(layout)
+            costed[layout] = costed.get(layout, 0) + 1
             return cost(layout)
 
         def polish_seen(ranked):  # type: ignore[no-untyped-def]
@@ -213,6 +213,8 @@ def test_every_layout_left_uncosted_is_ruled_out_by_its_bound(seed: int, wide: b
     monkeypatch.setattr(advisor, "branch_and_bound", watched)
     found, outcome = advisor.search(shape, dims, 4, mix, costs=costs, reader=reader)
     assert outcome is not None and outcome.complete and first_phase
+    # each layout costed once and counted once (a seed too, when its entry comes up)
+    assert set(costed.values()) == {1} and outcome.costed == len(costed), (outcome, len(costed))
     fastest = min(found, key=lambda c: c.score)
     patterns = parse_patterns(mix)
     bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},

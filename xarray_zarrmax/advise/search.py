@@ -103,7 +103,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     1. A queue keyed by the sum of those terms (a bound of the predicted time) is taken from, least first, while
        its key is at most the ``starts``-th least score costed: so every layout that could be among the
-       ``starts`` fastest is costed.
+       ``starts`` fastest is costed. A few layouts of least bound (unsharded, then sharded) are costed first:
+       their scores are the first limit.
     2. ``polish``, given those ``starts``, returns the fastest after a search near them, off the grid. Of what
        is left (in the queue, and after each block's queued layout), a layout is costed only if its bounds
        could tie with the fastest (`could_tie`) within the slow end of its range; in no order: the fastest is
@@ -196,6 +197,24 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             costed += 1
             heapq.heappush(best, (-candidate.score, next(ticket), candidate))
     heapq.heapify(queue)
+    # and sharded seeds: on an object store the fastest are sharded, and a limit from unsharded layouts alone
+    # takes thousands of sharded ones a level up that the first sharded layout costed would have left
+    # (`_SHARDED_SEED_SHAPES`). Each is costed once: it is skipped when its entry comes up
+    seeded: set[Layout] = set()
+    top = np.argsort(any_shard.sum(axis=1), kind="stable")[:_SHARDED_SEED_SHAPES]
+    bound, owner, ks = listed_shardings(top)
+    near = np.argsort(bound.sum(axis=1), kind="stable")[:_SHARDED_SEED_BOUNDED * starts]
+    owner, ks = owner[near], ks[near]
+    by_bound = np.argsort(listed(owner, ks, RANGES).sum(axis=1), kind="stable") if owner.size else near
+    for i in by_bound[:starts].tolist():
+        layout = _sharded(tuple(int(c) for c in grid[owner[i]]), tuple(ks[i].tolist()))
+        seeded.add(layout)
+        candidate = cost(layout)
+        if candidate is not None:
+            costed += 1
+            heapq.heappush(best, (-candidate.score, next(ticket), candidate))
+            if len(best) > starts:
+                heapq.heappop(best)
     while queue and queue[0][0] <= limit():
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, queue[0][0], False)
@@ -221,6 +240,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         if what >= 0:
             queue_from(what, index + 1)
         layout = Layout(tuple(int(c) for c in grid[index])) if what == -1 else sharded(what, index)
+        if layout in seeded:
+            continue
         candidate = cost(layout)
         if candidate is None:  # out of the constraints: costs nothing, counts nothing
             continue
@@ -283,7 +304,7 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         up = LEVELS[position + 1]
         waiting[up] += [(listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up), owner[a:a + _BATCH], ks[a:a + _BATCH])
                         for a in range(0, len(owner), _BATCH)]
-    for layout in todo:
+    for layout in (lay for lay in todo if lay not in seeded):
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
         if cost(layout) is not None:
@@ -301,6 +322,12 @@ _TIED = 8192
 
 #: Unsharded layouts costed at most (times ``starts``) before the first phase, for its first limit
 _SEEDS = 4
+
+#: And ``starts`` sharded ones: the least bounded at `RANGES` of the `_SHARDED_SEED_BOUNDED` (times ``starts``) of
+#: least `LISTED` bound among the shardings of the `_SHARDED_SEED_SHAPES` chunk shapes of least bound. Measured
+#: (docs/dev/logs/advise_search_seeds_ab.md): 1.07-1.32x on the four 4-D searches over 2 s under a half-bandwidth
+#: probe, 0.95-1.00x on the five slowest under the validation run's (the seeds' own costing)
+_SHARDED_SEED_SHAPES, _SHARDED_SEED_BOUNDED = 64, 32
 
 #: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase
 _LISTING, _BATCH = 512, 4096
