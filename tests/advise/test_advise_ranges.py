@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -143,23 +144,14 @@ def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: i
     rng = np.random.default_rng(300 + seed)
     for _ in range(30):
         shape, chunks, per, outer, even = _random_sharded(rng, 2, 30)
-        ndim = len(shape)
-        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
-        count = int(rng.integers(1, 8))
-        points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
-        box = [slice(0, 1) if d in dims else slice(s := int(rng.integers(0, n)), int(rng.integers(s + 1, n + 1)))
-               for d, n in enumerate(shape)]
+        dims, points, box = _random_point_read(rng, shape)
         enc = int(rng.choice([3, 100, 4096]))
         fraction, gap = float(rng.choice([0.25, 0.5, 1.0])), int(rng.choice([0, 1, 150, 5000]))
         # the model's fetches: per object, the chunks it holds
         want_requests = want_bytes = 0
         held: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
-        for point in {tuple(int(i) for i in p) for p in points // np.asarray(chunks)[dims]}:
-            ranges = [range(b.start // c, (b.stop - 1) // c + 1) for b, c in zip(box, chunks, strict=True)]
-            for j, d in enumerate(dims):
-                ranges[d] = range(point[j], point[j] + 1)
-            for chunk in itertools.product(*ranges):
-                held.setdefault(tuple(i // k for i, k in zip(chunk, per, strict=True)), set()).add(chunk)
+        for chunk in _point_chunks(chunks, dims, points, box):
+            held.setdefault(tuple(i // k for i, k in zip(chunk, per, strict=True)), set()).add(chunk)
         for shard, inside in held.items():
             extents = tuple(min(o, n - i * o) for i, o, n in zip(shard, outer, shape, strict=True))
             rank, sizes = _stored_layout(per, extents, chunks, enc, compressed)
@@ -193,12 +185,7 @@ def test_a_pointwise_reads_requests_and_bytes_are_the_models_where_sizes_are_kno
     rng = np.random.default_rng(500 + seed)
     for _ in range(25):
         shape, chunks, per, outer, even = _random_sharded(rng, 2, 30)
-        ndim = len(shape)
-        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
-        count = int(rng.integers(1, 8))
-        points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
-        box = tuple(slice(0, 1) if d in dims else slice(s := int(rng.integers(0, n)), int(rng.integers(s + 1, n + 1)))
-                    for d, n in enumerate(shape))
+        dims, points, box = _random_point_read(rng, shape)
         enc = int(rng.choice([3, 100, 4096]))
         compressed = bool(rng.integers(0, 2))
         local = bool(rng.integers(0, 2))
@@ -231,16 +218,35 @@ def _touched_bytes(shape: tuple[int, ...], chunks: tuple[int, ...], dims: list[i
                    box: tuple[slice, ...], enc: int) -> float:
     """The least bytes of the distinct chunks a pointwise read touches, compressed: each its fraction inside the
     array of ``enc``, less half a byte (the model rounds each)."""
-    ids = {tuple(int(i) for i in p) for p in points // np.asarray(chunks)[dims]}
     total = 0.0
-    for point in ids:
+    for chunk in _point_chunks(chunks, dims, points, box):
+        inside = math.prod(min(c, n - i * c) / c for i, c, n in zip(chunk, chunks, shape, strict=True))
+        total += max(1.0, enc * inside - 0.5)
+    return total
+
+
+def _random_point_read(rng: np.random.Generator,
+                       shape: tuple[int, ...]) -> tuple[list[int], np.ndarray, tuple[slice, ...]]:
+    """A pointwise read of up to 7 points (repeats possible) along one or more dimensions, with a box along
+    the others: its dimensions, points and box (one element along the pointed dimensions)."""
+    ndim = len(shape)
+    dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
+    count = int(rng.integers(1, 8))
+    points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
+    box = tuple(slice(0, 1) if d in dims else slice(s := int(rng.integers(0, n)), int(rng.integers(s + 1, n + 1)))
+                for d, n in enumerate(shape))
+    return dims, points, box
+
+
+def _point_chunks(chunks: tuple[int, ...], dims: list[int], points: np.ndarray,
+                  box: tuple[slice, ...]) -> Iterator[tuple[int, ...]]:
+    """Each chunk a pointwise read touches, once: a distinct chunk of its points along ``dims`` with every chunk
+    of its box along the others."""
+    for point in {tuple(int(i) for i in p) for p in points // np.asarray(chunks)[dims]}:
         ranges = [range(b.start // c, (b.stop - 1) // c + 1) for b, c in zip(box, chunks, strict=True)]
         for j, d in enumerate(dims):
             ranges[d] = range(point[j], point[j] + 1)
-        for chunk in itertools.product(*ranges):
-            inside = math.prod(min(c, n - i * c) / c for i, c, n in zip(chunk, chunks, shape, strict=True))
-            total += max(1.0, enc * inside - 0.5)
-    return total
+        yield from itertools.product(*ranges)
 
 
 def test_objects_meet_agrees_with_each_layouts_own_object_size_and_count() -> None:
