@@ -57,6 +57,23 @@ def test_pointwise_counts_equal_the_readers_plan() -> None:
         assert counts.chunks == sum(len(pieces) for _, pieces in reads)
 
 
+def test_two_pointwise_reads_along_other_dimensions_are_each_counted_as_their_own() -> None:
+    """Two pointwise reads in one count, along different dimensions, whose chunk ids and box ranges look alike:
+    each is its own fetch (the fetch memo keyed them alike and counted the second as the first, so the order of
+    the two changed the requests: 6 or 8; 7 is right). Found by an adversarial review of the search's bounds,
+    which a pattern of these broke by a request (no pattern the API builds holds two)."""
+    shape = (14, 11, 11)
+    layout = Layout((12, 8, 8), (12, 24, 24))
+    reader = Reader(local=True, full_shard_fraction=1.0, coalesce_gap=0)
+    a = PointRead((1,), np.array([[9], [10], [5]]), (Axis(0, 14), Axis(0, 1), Axis(0, 8)))
+    b = PointRead((2,), np.array([[10], [5], [0], [10]]), (Axis(0, 7), Axis(4, 5), Axis(0, 1)))
+
+    def requests(reads: list[PointRead]) -> int:
+        return count_read(reads, shape, 1, layout, 768, reader, compressed=True).requests
+
+    assert requests([a, b]) == requests([b, a]) == requests([a]) + requests([b]) == 7
+
+
 # -- cause 5: the grid, and pruning that never drops the model's optimum ------------------------------------
 
 

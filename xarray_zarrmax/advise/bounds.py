@@ -23,7 +23,8 @@ from xarray_zarrmax.tuning import JOB_BYTES
 #: bandwidth taken at its most, a selection taken as finding no index cached only when it is the first or its
 #: shards are apart from every earlier one's (`_fresh`). PAIRWISE: every selection, each shard's index cached from
 #: its first touch on (`revisits`). SAMPLED: and the ranges a quarter of the selections read from a shard, merged
-#: or not (`ranged`). RANGES: those of every selection
+#: or not (`ranged`), with every pointwise read's index requests and whole shards. RANGES: the ranges of every
+#: selection
 LISTED, QUICK, PAIRWISE, SAMPLED, RANGES = 0, 1, 2, 3, 4
 
 
@@ -345,7 +346,8 @@ class SearchBounds:
                 requests[at] += runs.requests + runs.by_ranges + runs.whole_parts
                 gap_bytes[at] += runs.gap_bytes
                 whole_extra[at] += runs.whole_extra
-            boxes = [j for j in range(sampled) if j not in {p[0] for p in pattern.points}]
+            pointwise = {j for j, _, _ in pattern.points}
+            boxes = [j for j in range(sampled) if j not in pointwise]
             if boxes:
                 runs = ranged_runs(self.shape, chunks[sharded], outer[sharded], per_object[sharded], starts[boxes],
                                    stops[boxes], *args, several=pattern.starts.shape[0] > 1)

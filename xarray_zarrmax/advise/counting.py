@@ -439,6 +439,7 @@ def _count_points(read: PointRead, shape: Sequence[int], itemsize: int, layout: 
                 where[d] = np.arange(chunks_in.start, chunks_in.stop).reshape(
                     (1,) + tuple(-1 if i == j else 1 for i in range(ndim_box)))
             pieces = len(local) * math.prod(len(g[3]) for g in combo)
-            key = (local.tobytes(), tuple(g[3] for g in combo))
+            # which dimensions it points along too: two pointwise reads of one count may hold alike ids
+            key = (tuple(pointed), local.tobytes(), tuple(g[3] for g in combo))
             entries.append((count, False, tuple(all_extents), key, _Touched(pieces, tuple(where))))
     return _tally(entries, layout, itemsize, chunk_enc, reader, compressed, fetches, read.size)

@@ -29,33 +29,34 @@ class Ranged:
     of several selections, a shard an earlier one touched: its index cached). The reads by ranges and those of a
     whole shard, as a read that finds no index cached makes them (a pointwise read, `counting._count_points`)."""
 
-    rows: np.ndarray  # (r,) the layouts counted
-    requests: np.ndarray  # (r,) gaps too wide to merge (0 where a selection touches over `CHUNKS_PER_WINDOW` chunks)
-    gap_bytes: np.ndarray  # (r,) bytes of the gaps merged (0 there too)
-    # with no index cached: a read (of a group from one shard) by ranges costs its index's request, and one of
-    # at least ``full_shard_fraction`` of the shard's chunks reads the whole shard
+    rows: np.ndarray  # (r,) the layouts counted (`CHUNKS_PER_WINDOW`)
+    requests: np.ndarray  # (r,) gaps too wide to merge
+    gap_bytes: np.ndarray  # (r,) bytes of the gaps merged
+    # of a pointwise read (`ranged_points`; 0 from `ranged_runs`, whose reads may find an index cached:
+    # `revisits` counts those), which finds no index cached: a read (of one shard) by ranges costs its index's
+    # request, and one of at least ``full_shard_fraction`` of the shard's chunks reads the whole shard
     by_ranges: np.ndarray  # (r,) reads by ranges, one chunk or more
     whole_extra: np.ndarray  # (r,) bytes at least of whole shards' chunks not touched (0 on a local store)
     whole_parts: np.ndarray  # (r,) requests beyond one a whole shard, read in ``split_size`` parts (0 locally)
 
 
-#: Chunks a selection touches on average, at most, for a layout to be counted (others keep one request a shard):
-#: counting costs about as much a chunk as the model's costing of a whole window (`counting.count_read` groups a
-#: window's objects by footprint), so past this the search does better to cost the layout
+#: Chunks a selection touches on average, at most, for a layout's gaps to be counted (others keep one request a
+#: shard): counting costs about as much a chunk as the model's costing of a whole window (`counting.count_read`
+#: groups a window's objects by footprint), so past this the search does better to cost the layout
 CHUNKS_PER_WINDOW = 256
 
 
 def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
                 starts: np.ndarray, stops: np.ndarray, chunk_enc: np.ndarray, compressed: bool,
                 full_shard_fraction: float, coalesce_gap: int, local: bool, itemsize: int,
-                index_bytes: np.ndarray | None = None, split_size: int = 1, several: bool = False) -> Ranged:
+                several: bool = False) -> Ranged:
     """`Ranged` of the sharded layouts ``chunks`` in ``outer`` (``(k, ndim)``; ``per_object`` their chunks per
-    shard, ``chunk_enc`` their encoded chunk bytes, ``index_bytes`` their index's) for the box selections
-    ``starts``/``stops`` (``(windows, ndim)``). ``local``: a local read of `tuning.STREAM_BYTES` or more from a
-    shard reads its ranges in capped pieces (`counting.capped_runs`: no fewer requests, but no gap's bytes are
-    known to be read); an object store reads a whole shard in ``split_size`` parts. ``several``: the selections
-    are some of a read of more than one (`counting.count_read` then caches each shard's index from its first
-    touch on, so a shard touched again is read by ranges however many of its chunks)."""
+    shard, ``chunk_enc`` their encoded chunk bytes) for the box selections ``starts``/``stops``
+    (``(windows, ndim)``). ``local``: a local read of `tuning.STREAM_BYTES` or more from a shard reads its ranges
+    in capped pieces (`counting.capped_runs`: no fewer requests, but no gap's bytes are known to be read).
+    ``several``: the selections are some of a read of more than one (`counting.count_read` then caches each
+    shard's index from its first touch on, so a shard touched again is read by ranges however many of its
+    chunks)."""
     k, ndim = chunks.shape
     windows = starts.shape[0]
     first = starts[None] // chunks[:, None]  # (k, windows, ndim): the chunks each selection touches
@@ -65,7 +66,7 @@ def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_ob
     box_row = np.repeat(np.arange(k), windows)  # one box of chunks a (layout, selection)
     boxes = countable[:, None] * windows + np.arange(windows)[None]
     layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
-                       coalesce_gap, local, itemsize, _index_bytes(index_bytes, k), split_size)
+                       coalesce_gap, local, itemsize)
     return _counted(layouts, countable, totals, box_row[boxes.ravel()], boxes.ravel(),
                     first.reshape(-1, ndim)[boxes.ravel()], span.reshape(-1, ndim)[boxes.ravel()], several=several)
 
@@ -73,14 +74,17 @@ def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_ob
 def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
                   starts: np.ndarray, stops: np.ndarray, dims: list[int], points: np.ndarray,
                   chunk_enc: np.ndarray, compressed: bool, full_shard_fraction: float, coalesce_gap: int,
-                  local: bool, itemsize: int, index_bytes: np.ndarray | None = None, split_size: int = 1,
+                  local: bool, itemsize: int, index_bytes: np.ndarray, split_size: int,
                   gaps: bool = True) -> Ranged:
     """`ranged_runs` of a pointwise read (as `counting._count_points` reads it): along ``dims`` the distinct
     chunks holding its ``points`` (``(count, len(dims))``), along the others the box ``starts``/``stops``
-    (``(ndim,)``); each object read as one fetch of the chunks it holds."""
+    (``(ndim,)``); each object read as one fetch of the chunks it holds, its index never cached (``index_bytes``
+    per layout; an object store reads a whole shard in ``split_size`` parts). ``gaps``: whether to count the
+    gaps (the costly part) or only the reads by ranges and whole."""
     k, ndim = chunks.shape
     if points.shape[0] == 0:
-        return Ranged(*(np.zeros(0, dtype=np.int64) if i == 0 else np.zeros(0) for i in range(6)))
+        empty = np.zeros(0)
+        return Ranged(np.zeros(0, dtype=np.int64), empty, empty, empty, empty, empty)
     # per layout, the distinct chunks holding a point (along dims): one box of chunks each
     ids = points[None] // chunks[:, None, dims]  # (k, count, len(dims))
     row = np.repeat(np.arange(k), points.shape[0])
@@ -95,12 +99,12 @@ def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_
     first[:, dims] = flat
     span[:, dims] = 1
     totals = np.bincount(row, weights=np.prod(span, axis=1), minlength=k)
-    # every layout's reads by ranges (cheap: per box and shard); the gaps of those whose chunks are few
-    gapped = (totals <= CHUNKS_PER_WINDOW * points.shape[0]) & gaps
+    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * points.shape[0])
+    keep = np.isin(row, countable)
     layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
-                       coalesce_gap, local, itemsize, _index_bytes(index_bytes, k), split_size)
-    return _counted(layouts, np.arange(k), np.where(gapped, totals, np.bincount(row, minlength=k)), row, row, first,
-                    span, gapped)
+                       coalesce_gap, local, itemsize, np.asarray(index_bytes, dtype=np.float64), split_size)
+    return _counted(layouts, countable, totals, row[keep], row[keep], first[keep], span[keep],
+                    None if gaps else np.zeros(k, dtype=bool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,21 +121,16 @@ class _Layouts:
     gap: int
     local: bool
     itemsize: int
-    index_bytes: np.ndarray
-    split_size: int
-
-
-def _index_bytes(index_bytes: np.ndarray | None, k: int) -> np.ndarray:
-    """Each layout's shard index bytes (none given: 0, a bound of any)."""
-    return np.zeros(k) if index_bytes is None else np.asarray(index_bytes, dtype=np.float64)
+    index_bytes: np.ndarray | None = None  # a pointwise read's (its index never cached); None: a batch's
+    split_size: int = 1
 
 
 def _counted(layouts: _Layouts, countable: np.ndarray, totals: np.ndarray, box_row: np.ndarray, group: np.ndarray,
              first: np.ndarray, span: np.ndarray, gapped: np.ndarray | None = None, several: bool = False) -> Ranged:
     """`Ranged` of the layouts ``countable`` from boxes of chunks (``first``, ``span``: ``(boxes, ndim)``), each of a
     layout (``box_row``, ascending) and of a fetch ``group`` (the boxes of a group in a shard are one read), in
-    blocks of up to 2^20 chunks (``totals``: each layout's chunks, or boxes where its gaps are not counted);
-    ``gapped``: per layout, whether its gaps are counted (None: all)."""
+    blocks of up to 2^20 chunks (``totals``: each layout's chunks); ``gapped``: per layout, whether its gaps are
+    counted (None: all)."""
     requests, gap_bytes, by_ranges, whole_extra, whole_parts = np.zeros((5, countable.size))
     bounds = np.searchsorted(box_row, countable)  # each counted layout's first box
     a = 0
@@ -191,9 +190,11 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     # by ranges, whether or not its index is cached; one chunk has no gap
     read_layout = row[starts_read]
     ranged = pieces < layouts.fraction * layouts.per_object[read_layout]
-    by_ranges = np.bincount(read_layout[ranged], minlength=k).astype(np.float64)
-    whole_extra, whole_parts = _whole(layouts, ~ranged, read_layout, read, stored[starts_read], last[starts_read],
-                                      pieces, lo, length, stored, last, k)
+    by_ranges, whole_extra, whole_parts = np.zeros((3, k))
+    if layouts.index_bytes is not None:  # no index cached (a pointwise read): each read by ranges or whole
+        by_ranges = np.bincount(read_layout[ranged], minlength=k).astype(np.float64)
+        whole_extra, whole_parts = _whole(layouts, ~ranged, read_layout, read, stored[starts_read],
+                                          last[starts_read], pieces, lo, length, stored, last, k)
     if several:  # and a shard touched again (its index cached) by ranges, however many of its chunks
         ranged = ranged | _touched_again(read_layout, key_group[starts_read], key_shard[starts_read])
     keep = (ranged & (pieces > 1))[read] & (True if gapped is None else gapped[row])
@@ -261,7 +262,7 @@ def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read: 
     (`revisits` counts the same of a box's first touch). Each stored chunk is at least a byte, and (compressed) at
     least its fraction inside the array of ``chunk_enc`` less half a byte (`counting._stored_bytes` rounds); none
     on a local store (`counting._object_fetch` may read a large shard there by ranges)."""
-    if layouts.local or not whole.any():
+    if layouts.local or layouts.index_bytes is None or not whole.any():
         return np.zeros(k), np.zeros(k)
     # a box's chunks' fractions summed: per dimension its length, less what its last lacks if it holds the last
     along = length - np.where(lo + length == stored, 1.0 - last, 0.0)
@@ -270,11 +271,12 @@ def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read: 
     fraction = np.prod(held[whole] - 1 + held_last[whole], axis=1)
     enc = layouts.chunk_enc[read_layout[whole]].astype(np.float64)
     untouched = chunks - pieces[whole]
+    extra, nbytes = untouched * enc, chunks * enc  # every chunk whole (or not compressed): chunk_enc each
     if layouts.compressed:
-        extra = np.maximum(untouched, enc * (fraction - touched_fraction) - 0.5 * untouched)
-        nbytes = np.maximum(chunks, enc * fraction - 0.5 * chunks)
-    else:
-        extra, nbytes = untouched * enc, chunks * enc
+        partial = (held_last[whole] < 1).any(axis=1)
+        extra = np.where(partial, np.maximum(untouched, enc * (fraction - touched_fraction) - 0.5 * untouched),
+                         extra)
+        nbytes = np.where(partial, np.maximum(chunks, enc * fraction - 0.5 * chunks), nbytes)
     parts = np.ceil((nbytes + layouts.index_bytes[read_layout[whole]]) / max(1, layouts.split_size)) - 1
     return (np.bincount(read_layout[whole], weights=np.maximum(extra, 0.0), minlength=k),
             np.bincount(read_layout[whole], weights=parts, minlength=k))

@@ -103,8 +103,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     1. A queue keyed by the sum of those terms (a bound of the predicted time) is taken from, least first, while
        its key is at most the ``starts``-th least score costed: so every layout that could be among the
-       ``starts`` fastest is costed. A few layouts of least bound (unsharded, then sharded) are costed first:
-       their scores are the first limit.
+       ``starts`` fastest is costed. A few layouts are costed first, for a first limit: the unsharded of least
+       bound, and ``starts`` sharded ones of least bound among a few of the least bounded chunk shapes'
+       shardings.
     2. ``polish``, given those ``starts``, returns the fastest after a search near them, off the grid. Of what
        is left (in the queue, and after each block's queued layout), a layout is costed only if its bounds
        could tie with the fastest (`could_tie`) within the slow end of its range; in no order: the fastest is
@@ -123,7 +124,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     any_shard = bounds.terms(grid, whole, np.ones(k, dtype=bool), np.ones(k), QUICK)
     # Entries (key, tie-breaker, what, index): what -1, chunk shape ``index`` unsharded (-3: costed as a seed);
     # -2, its shardings, not yet listed; b >= 0, the index-th layout of block b: sharded layouts listed together,
-    # sorted by their bound at the block's level, only the next of each block in the queue
+    # sorted by their bound at the block's level, only the next of each block in the queue (a sharded seed is
+    # costed before, and skipped when its entry comes up: ``seeded``)
     queue: list[tuple[float, int, int, int]] = []
     ticket = itertools.count()  # unique: the rest is never compared
     meets = np.ones(k, dtype=bool) if feasible is None else feasible(grid, grid)
@@ -198,14 +200,16 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             heapq.heappush(best, (-candidate.score, next(ticket), candidate))
     heapq.heapify(queue)
     # and sharded seeds: on an object store the fastest are sharded, and a limit from unsharded layouts alone
-    # takes thousands of sharded ones a level up that the first sharded layout costed would have left
-    # (`_SHARDED_SEED_SHAPES`). Each is costed once: it is skipped when its entry comes up
+    # takes thousands of sharded ones a level up that the first sharded layout costed would have left. The
+    # ``starts`` of least `RANGES` bound among the shardings of least `LISTED` bound of the chunk shapes of least
+    # bound (`_SHARDED_SEED_SHAPES`)
     seeded: set[Layout] = set()
     top = np.argsort(any_shard.sum(axis=1), kind="stable")[:_SHARDED_SEED_SHAPES]
-    bound, owner, ks = listed_shardings(top)
-    near = np.argsort(bound.sum(axis=1), kind="stable")[:_SHARDED_SEED_BOUNDED * starts]
-    owner, ks = owner[near], ks[near]
-    by_bound = np.argsort(listed(owner, ks, RANGES).sum(axis=1), kind="stable") if owner.size else near
+    listed_bound, owner, ks = listed_shardings(top)
+    candidates = np.argsort(listed_bound.sum(axis=1), kind="stable")[:_SHARDED_SEED_BOUNDED * starts]
+    owner, ks = owner[candidates], ks[candidates]
+    by_bound = (np.argsort(listed(owner, ks, RANGES).sum(axis=1), kind="stable") if owner.size
+                else np.zeros(0, dtype=np.int64))
     for i in by_bound[:starts].tolist():
         layout = _sharded(tuple(int(c) for c in grid[owner[i]]), tuple(ks[i].tolist()))
         seeded.add(layout)
