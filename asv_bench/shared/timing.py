@@ -69,6 +69,33 @@ def steal_ticks() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
+def cpu_reference(repeat: int = 9) -> float:
+    """Median seconds of a fixed single-threaded workload, the same on every machine and at every commit: in
+    kind the work of the advisor's search (a Python loop of numpy operations on arrays of a few thousand
+    integers and floats, gathers, a sort), none of this project's code. Recorded with tables of CPU-bound work
+    so that tables run on different machines can be compared: the load average says how busy a machine was,
+    not how fast it is (the search-time table at one commit took 2.6-3.3x as long on one 2-core machine as on
+    another, both idle). A rough scale, not a conversion: machines differ by workload."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(1, 1 << 20, 4096)
+    b = rng.integers(1, 64, 4096)
+    order = rng.permutation(4096)
+
+    def once() -> float:
+        total = 0.0
+        for i in range(2000):
+            j = i % 300
+            q = (a >> (i % 7)) // b
+            r = np.minimum(q, a % 97).astype(np.float64)
+            total += float((r[order] * 0.5 + np.sqrt(r)).sum()) + float(np.sort(q[: 512 + j]).sum())
+            total += sum(range(j * 10)) % 7
+        return total
+
+    return median_time(once, repeat)
+
+
 def machine_state() -> dict[str, Any]:
     """What the machine is doing now: cores, load average (1, 5, 15 min), steal ticks; recorded before and
     after every table run, since other work on a shared machine moves every number."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from asv_bench.shared.timing import machine_state
+from asv_bench.shared.timing import cpu_reference, machine_state
 
 PROBES = Path(__file__).parents[2] / "docs" / "dev" / "logs" / "advise_validation.json"
 BUILT_IN = ("timeseries", "map", "region-mean", "map-mean", "full-scan", "random-batch")
@@ -83,6 +83,7 @@ def run(repeat: int, probes: Path | None = None, only: list[str] | None = None) 
     costs = probed_costs(probes)
     rows = []
     before = machine_state()
+    reference = cpu_reference()
     for case in cases():
         if only and not any(text in f"{case['array']} / {case['case']}" for text in only):
             continue
@@ -101,13 +102,15 @@ def run(repeat: int, probes: Path | None = None, only: list[str] | None = None) 
                   f"costed {'proven' if row['complete'] else 'NOT proven'}", file=sys.stderr, flush=True)
             rows.append(row)
     return {"command": " ".join(sys.argv), "repeat": repeat, "probes": str(probes or PROBES), "machine_before": before,
-            "machine_after": machine_state(), "rows": rows}
+            "machine_after": machine_state(), "cpu_reference_s": reference, "rows": rows}
 
 
 def markdown(result: dict[str, Any]) -> str:
     load = [result["machine_before"].get("load_average"), result["machine_after"].get("load_average")]
     lines = [f"Command: `{result['command']}`; median of {result['repeat']}; load average before and after: "
-             f"{load[0]}, {load[1]}.", "",
+             f"{load[0]}, {load[1]}"
+             + (f"; CPU reference {result['cpu_reference_s']:.3f} s (`asv_bench.shared.timing.cpu_reference`: "
+                "compare tables of other machines by it)" if "cpu_reference_s" in result else "") + ".", "",
              "| array | pattern or mix | costs | seconds | layouts costed | proven | best |",
              "|---|---|---|---:|---:|---|---|"]
     for r in result["rows"]:

@@ -50,7 +50,7 @@ import numpy as np
 from asv_bench.shared.access import Spec, Store, upload
 from asv_bench.shared.advise_sets import DataSet, Pattern, datasets, expected, run_pattern, write
 from asv_bench.shared.runner import Session, Table, add_flags, execute
-from asv_bench.shared.timing import machine_state
+from asv_bench.shared.timing import cpu_reference, machine_state
 
 PICK_TARGET = 1.25
 RANK_TARGET = 0.9
@@ -528,7 +528,8 @@ def report(result: Mapping[str, Any]) -> str:
     rounds = ", ".join(f"{k} {v}" for k, v in result["repeat"].items())
     lines = [f"advisor validation: {result['api']}; timed rounds {rounds}; "
              f"+{result['latency_ms']} ms on MinIO; wall {result['wall_s']:.0f} s; load average "
-             f"{load['before']['load_average']} before, {load['after']['load_average']} after", "",
+             f"{load['before']['load_average']} before, {load['after']['load_average']} after"
+             + (f"; CPU reference {result['cpu_reference_s']:.3f} s" if "cpu_reference_s" in result else ""), "",
              "| set | target | result | met |", "| --- | --- | --- | --- |"]
     for t in result["summary"]:
         lines.append(f"| {t['set']} | {t['target']} | {t['result']} | {'met' if t['met'] else 'MISSED'} |")
@@ -641,6 +642,7 @@ def run(session: Session) -> int:
                                                    *sys.argv[1:]])}
     result["wall_s"] = time.perf_counter() - started
     result["machine"] = {"before": before, "after": machine_state()}
+    result["cpu_reference_s"] = cpu_reference()  # how fast this machine is (after the wall time: not in it)
     result["summary"] = summary(result)
     text = report(result)
     print(text)
