@@ -279,6 +279,44 @@ def test_a_local_shard_streamed_at_its_first_touch_adds_no_untouched_bytes() -> 
     assert _below(row, terms), (dict(zip(TERMS, row, strict=True)), terms)
 
 
+@pytest.mark.parametrize("local", [True, False], ids=["local", "remote"])
+def test_a_batchs_windows_decode_in_the_calling_thread_each_as_our_reader_decides(local: bool) -> None:
+    """Was: the model chose one thread or the pool on a pattern's whole decode, but our reader chooses read by
+    read (`local_reads.local_jobs`): 16 local windows of 1 MiB each (16 MiB in all) were charged the pool's
+    speedup though each decodes in the calling thread. On this session's machine such local batches measured
+    1.5-3x their prediction. A remote read always decodes on the pool; so does a local window over JOB_BYTES."""
+    from xarray_zarrmax.config import set_config
+    from xarray_zarrmax.read.local_reads import local_jobs
+    from xarray_zarrmax.tuning import JOB_BYTES
+
+    shape, dims = (64, 512, 512), DIMS[:3]
+    window = {"time": 4, "lev": 256, "lat": 256}  # 1 MiB of float32
+    positions = [{"time": 4 * (i % 16), "lev": 256 * (i % 2), "lat": 256 * (i // 2 % 2)} for i in range(16)]
+    mix = {"batch": (1.0, Batch(window=window, positions=positions))}
+    costs = Costs(latency_s=1e-4, request_bps=1e9, aggregate_bps=2e9, decode_bps=5e8, decode_speedup=((2, 1.8),),
+                  local=local)
+    reader = Reader(local=local, threads=2)
+    with set_config(threads=2):
+        assert local_jobs(1 << 20) == 1 and local_jobs(JOB_BYTES) > 1  # the reader's own rule, read by read
+    one_window = 4 * 256 * 256 * 4 / costs.decode_bps
+    for layout, small in ((Layout((4, 256, 256)), True), (Layout((4, 256, 256), (16, 512, 512)), True),
+                          (Layout((16, 512, 512)), False)):  # a window in one 16 MiB chunk: the pool
+        patterns = parse_patterns(mix)
+        selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
+        bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+        terms = dict(rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=[layout])[0].terms)
+        if local and small:
+            assert terms["decode_bps"] == pytest.approx(16 * one_window) and not terms.get("decode_pool"), terms
+        else:
+            assert not terms.get("decode_bps") and terms["decode_pool"] > 0, terms
+        for level in (QUICK, PAIRWISE, SAMPLED, RANGES):
+            row = bounds.terms(*_rows([layout]), level)[0]
+            assert _below(row, terms), (layout, level, dict(zip(TERMS, row, strict=True)), terms)
+            # the decode is exact in the bound: both terms
+            for name in ("decode_bps", "decode_pool"):
+                assert row[TERMS.index(name)] == pytest.approx(terms.get(name, 0.0)), (layout, level, name)
+
+
 def test_the_transfer_goes_under_per_request_bandwidth_only_when_no_read_can_exceed_it() -> None:
     """Found by review: the most requests a read can send was taken from the bound of its bytes, which leaves out
     the untouched chunks of a shard read whole in split_size parts; the model's 14 parts reach aggregate_bps

@@ -50,7 +50,7 @@ class SearchBounds:
 
     - chunks decoded and their stored bytes (edge chunks at their fraction inside the array when compressed,
       less half a byte each for rounding): exact for boxes, and for points (the distinct chunks holding them);
-      the decode on one thread for a local read under `JOB_BYTES`, as the model charges it;
+      the decode on one thread for each local read under `JOB_BYTES`, as the model charges it;
     - requests: one per object touched, plus the `split_size` parts of whole objects on an object store;
     - round trips per window: its objects over the slots the reader's in-flight bytes leave, twice when it
       reads a whole object in parts, and once more when it first touches a shard it reads by ranges (its index
@@ -170,8 +170,10 @@ class SearchBounds:
         rows[:, 8] += indexes @ weights * 16 * (per_object - 1) / most
         return rows
 
-    def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray, pattern: _Pattern) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the chunks every selection touches and their stored fraction, summed over selections."""
+    def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray,
+                    pattern: _Pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row, the chunks every selection touches and their stored fraction, summed over selections, and the
+        chunks of those decoded in the calling thread (`_calling`)."""
         starts, stops, pointed = pattern.starts, pattern.stops, pattern.pointed
         touched = np.ones((chunks.shape[0], starts.shape[0]))
         fraction = np.ones(touched.shape)
@@ -184,7 +186,17 @@ class SearchBounds:
             t_p, f_p, _, _ = self._pointed(chunks, outer, dims, points)
             touched[:, j] *= t_p
             fraction[:, j] *= f_p
-        return touched.sum(axis=1), fraction.sum(axis=1)
+        return touched.sum(axis=1), fraction.sum(axis=1), self._calling(chunks, touched)
+
+    def _calling(self, chunks: np.ndarray, touched: np.ndarray) -> np.ndarray:
+        """Per row, the chunks of the selections (``touched``: each one's, ``(k, windows)``) that our reader
+        decodes in the calling thread, as `counting.count_read` marks them: each selection is a read of its own,
+        and a local one decoding under JOB_BYTES keeps the pool out (the chunks counted are the read's own, so
+        the bytes decoded are exact)."""
+        if not self.reader.local:
+            return np.zeros(chunks.shape[0])
+        chunk_dec = self.itemsize * np.prod(chunks.astype(np.float64), axis=1)
+        return np.where(touched * chunk_dec[:, None] < JOB_BYTES, touched, 0.0).sum(axis=1)
 
     def _pointed(self, chunks: np.ndarray, outer: np.ndarray, dims: list[int],
                  points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -239,7 +251,8 @@ class SearchBounds:
         return t, t - np.where(edge, 1.0 - (n % c) / c, 0.0)
 
     def _pattern(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-                 pattern: _Pattern, windows: int, level: int, sums: tuple[np.ndarray, np.ndarray] | None = None,
+                 pattern: _Pattern, windows: int, level: int,
+                 sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                  rest: int = 0) -> np.ndarray:
         """One pattern's bound over its first ``windows`` selections; ``rest`` selections left out (each still
         one round trip and one request), ``sums`` the chunks and fractions of all of them."""
@@ -293,6 +306,7 @@ class SearchBounds:
             split_plain[plain] = bytes_lb > split * objects[plain]
         chunk_count = touched.sum(axis=1) if sums is None else sums[0]
         fraction_sum = fraction.sum(axis=1) if sums is None else sums[1]
+        calling_count = self._calling(chunks, touched) if sums is None else sums[2]
         requests = objects.sum(axis=1) + rest + part_extra
         # a selection whose shards no earlier one touched finds no index cached: one it touches in fewer chunks
         # than read it whole (full_shard_fraction) waits for its index, then its ranges
@@ -377,10 +391,9 @@ class SearchBounds:
         streams = costs.request_bps * np.minimum(max(1, self.reader.concurrency), np.maximum(most_requests, 1.0))
         bandwidth = np.minimum(streams, costs.aggregate_bps)
         rate = _decode_rates(costs, chunk_dec)
-        # as `predict`: a local read decoding less than JOB_BYTES decodes in the calling thread (the chunks
-        # counted are the read's own, so the bytes decoded are exact)
-        calling = self.reader.local & (chunk_count * chunk_dec < JOB_BYTES)
-        one = max(self.reader.threads, 1) == 1 or calling  # decoded on one thread: "decode_bps", else the pool's
+        # as `predict`: decoded on one thread ("decode_bps"), every chunk with one thread, else those of local
+        # reads under JOB_BYTES each (`_calling`); the rest on the pool's ("decode_pool")
+        one_count = chunk_count if max(self.reader.threads, 1) == 1 else calling_count
         terms = np.empty((k, len(TERMS)))
         terms[:, 0] = round_trips * costs.latency_s
         terms[:, 1] = requests * costs.request_s
@@ -397,9 +410,9 @@ class SearchBounds:
         terms[:, 6] = np.where(per_request, transfer, 0.0)
         terms[:, 7] = np.where(aggregate, transfer, 0.0)
         terms[:, 8] = np.where(aggregate | per_request, 0.0, transfer)
-        decode = chunk_count * chunk_dec / rate
-        terms[:, 9] = np.where(one, decode, 0.0)
-        terms[:, 10] = np.where(one, 0.0, decode / costs.speedups(max(self.reader.threads, 1), chunk_dec))
+        terms[:, 9] = one_count * chunk_dec / rate
+        terms[:, 10] = ((chunk_count - one_count) * chunk_dec / rate
+                        / costs.speedups(max(self.reader.threads, 1), chunk_dec))
         return terms
 
     @staticmethod

@@ -9,7 +9,7 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 from xarray_zarrmax.advise.model import IndexCache, Layout, PointRead, ReadCounts, Reader
 from xarray_zarrmax.advise.morton import inverse, morton_permutation
 from xarray_zarrmax.core.geometry import Axis, Selection
-from xarray_zarrmax.tuning import MAX_WINDOW_OBJECTS, MODEL_CACHE_BYTES, PIECE_BYTES, STREAM_BYTES
+from xarray_zarrmax.tuning import JOB_BYTES, MAX_WINDOW_OBJECTS, MODEL_CACHE_BYTES, PIECE_BYTES, STREAM_BYTES
 
 
 class _ArrayCache:
@@ -260,10 +260,17 @@ def count_read(selections: Sequence[Selection | PointRead], shape: Sequence[int]
     read: set[tuple[tuple[int, int], ...]] = set()
     again: dict[tuple[tuple[int, int], ...], ReadCounts] = {}
     alike: dict[tuple[Any, ...], ReadCounts] = {}
+    def one_read(counts: ReadCounts) -> ReadCounts:
+        """A read's counts, its chunks marked as decoded in the calling thread where our reader does so: each
+        selection is a read of its own (a local one decoding under JOB_BYTES keeps the pool out)."""
+        if reader.local and counts.decoded_bytes < JOB_BYTES:
+            return replace(counts, calling_chunks=counts.chunks, calling_bytes=counts.decoded_bytes)
+        return counts
+
     for axes in selections:
         if isinstance(axes, PointRead):
-            total = total + _count_points(axes, shape, itemsize, layout, chunk_enc, reader, cache, compressed,
-                                          fetches)
+            total = total + one_read(_count_points(axes, shape, itemsize, layout, chunk_enc, reader, cache,
+                                                   compressed, fetches))
             continue
         if layout.shards is None:
             # No index to cache: a selection costs what any other of the same size and footprints costs, wherever
@@ -273,20 +280,20 @@ def count_read(selections: Sequence[Selection | PointRead], shape: Sequence[int]
             if shape_key not in alike:
                 alike[shape_key] = _count_selection(axes, False, shape, itemsize, layout, chunk_enc, reader, cache,
                                                     compressed, fetches)
-            total = total + alike[shape_key]
+            total = total + one_read(alike[shape_key])
             continue
         # A selection read before costs what it cost the second time from then on: its shard indexes are
         # all cached (a batch of 1000 windows on a small array repeats most of them)
         key = tuple((a.start, a.stop) for a in axes)
         if key in again:
-            total = total + again[key]
+            total = total + one_read(again[key])
             continue
         counts = _count_selection(axes, len(selections) > 1, shape, itemsize, layout, chunk_enc, reader, cache,
                                   compressed, fetches)
         if key in read:
             again[key] = counts
         read.add(key)
-        total = total + counts
+        total = total + one_read(counts)
     return total
 
 

@@ -31,7 +31,6 @@ import numpy as np
 from xarray_zarrmax.advise.validate import is_real, nonnegative_number, positive_number, shown
 from xarray_zarrmax.core.geometry import Selection, task_chunks
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
-from xarray_zarrmax.tuning import JOB_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +342,10 @@ class ReadCounts:
     chunks: int = 0  # inner chunks decoded
     indexes: int = 0  # shard indexes parsed: one per shard whose index is not cached, read whole or by ranges
     index_entries: int = 0  # the entries of those indexes (chunks per shard, each)
+    # of the chunks decoded, those of local reads decoding under `tuning.JOB_BYTES` each, and their bytes: our
+    # reader decodes them in the calling thread, read by read (`count_read`)
+    calling_chunks: int = 0
+    calling_bytes: int = 0
 
     def __add__(self, other: ReadCounts) -> ReadCounts:
         return ReadCounts(
@@ -350,7 +353,8 @@ class ReadCounts:
             self.index_requests + other.index_requests, self.bytes + other.bytes,
             self.decoded_bytes + other.decoded_bytes, self.round_trips + other.round_trips,
             max(self.peak_bytes, other.peak_bytes), self.chunks + other.chunks, self.indexes + other.indexes,
-            self.index_entries + other.index_entries,
+            self.index_entries + other.index_entries, self.calling_chunks + other.calling_chunks,
+            self.calling_bytes + other.calling_bytes,
         )
 
 
@@ -404,14 +408,22 @@ def predict_terms(counts: ReadCounts, costs: Costs, reader: Reader) -> dict[str,
     streams = costs.request_bps * in_flight
     bandwidth, bound = (streams, "request_bps") if streams < costs.aggregate_bps else (costs.aggregate_bps,
                                                                                           "aggregate_bps")
-    threads = 1 if reader.local and counts.decoded_bytes < JOB_BYTES else max(reader.threads, 1)
-    decode = "decode_bps" if threads == 1 else "decode_pool"  # on the pool: the speedup's spread too
-    return {"latency_s": counts.round_trips * costs.latency_s, "request_s": counts.requests * costs.request_s,
-            "connect_s": in_flight * costs.connect_s, "index_s": counts.indexes * costs.index_s,
-            "index_entry_s": counts.index_entries * costs.index_entry_s, "chunk_s": counts.chunks * costs.chunk_s,
-            bound: counts.bytes / bandwidth,
-            decode: costs.decode_s(counts.chunks, counts.decoded_bytes)
-            / costs.speedup(threads, counts.decoded_bytes / max(counts.chunks, 1))}
+    threads = max(reader.threads, 1)
+    # decoded on one thread ("decode_bps"): every chunk with one thread, else those of local reads under
+    # JOB_BYTES each (`ReadCounts.calling_chunks`); the rest on the pool ("decode_pool": the speedup's spread too)
+    one_chunks, one_bytes = ((counts.chunks, counts.decoded_bytes) if threads == 1 else
+                             (counts.calling_chunks, counts.calling_bytes) if reader.local else (0, 0))
+    pool_chunks, pool_bytes = counts.chunks - one_chunks, counts.decoded_bytes - one_bytes
+    terms = {"latency_s": counts.round_trips * costs.latency_s, "request_s": counts.requests * costs.request_s,
+             "connect_s": in_flight * costs.connect_s, "index_s": counts.indexes * costs.index_s,
+             "index_entry_s": counts.index_entries * costs.index_entry_s, "chunk_s": counts.chunks * costs.chunk_s,
+             bound: counts.bytes / bandwidth}
+    if one_bytes or not pool_bytes:
+        terms["decode_bps"] = costs.decode_s(one_chunks, one_bytes)
+    if pool_bytes:
+        terms["decode_pool"] = (costs.decode_s(pool_chunks, pool_bytes)
+                                / costs.speedup(threads, pool_bytes / max(pool_chunks, 1)))
+    return terms
 
 
 def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
@@ -421,8 +433,8 @@ def predict(counts: ReadCounts, costs: Costs, reader: Reader) -> float:
     entry) and every inner chunk the reader's work (``chunk_s``), all probed as wall time with many at once;
     the bytes stream at the smaller of what the requests in flight and the store as a whole deliver; decoding
     runs on ``threads`` threads alongside, as many times faster than one as the decoder probe measured
-    (`Costs.speedup`; one thread for a local read decoding less than `tuning.JOB_BYTES`, which our reader keeps
-    in the calling thread)."""
+    (`Costs.speedup`; one thread for each local read decoding less than `tuning.JOB_BYTES`, which our reader
+    keeps in the calling thread: a batch's windows each on its own)."""
     return float(sum(predict_terms(counts, costs, reader).values()))
 
 
