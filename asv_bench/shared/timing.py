@@ -69,13 +69,15 @@ def steal_ticks() -> int:
     return int(fields[8]) if len(fields) > 8 else 0
 
 
-def cpu_reference(repeat: int = 9) -> float:
-    """Median seconds of a fixed single-threaded workload, the same on every machine and at every commit: in
-    kind the work of the advisor's search (a Python loop of numpy operations on arrays of a few thousand
-    integers and floats, gathers, a sort), none of this project's code. Recorded with tables of CPU-bound work
+def cpu_reference(repeat: int = 15) -> float:
+    """Least seconds of ``repeat`` runs of a fixed single-threaded workload, the same on every machine and at
+    every commit: in kind the work of the advisor's search (a Python loop of numpy operations on arrays of a few
+    thousand integers and floats, gathers, a sort), none of this project's code. Recorded with tables of CPU-bound work
     so that tables run on different machines can be compared: the load average says how busy a machine was,
     not how fast it is (the search-time table at one commit took 2.6-3.3x as long on one 2-core machine as on
-    another, both idle). A rough scale, not a conversion: machines differ by workload."""
+    another, both idle). The least, not the median: noise only adds, and an idle virtual machine here flipped
+    between two speeds (0.18 and 0.29 s) from one few-second span to the next. A rough scale, not a conversion:
+    machines differ by workload."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -93,7 +95,13 @@ def cpu_reference(repeat: int = 9) -> float:
             total += sum(range(j * 10)) % 7
         return total
 
-    return median_time(once, repeat)
+    once()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def machine_state() -> dict[str, Any]:

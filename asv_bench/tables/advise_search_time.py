@@ -102,15 +102,16 @@ def run(repeat: int, probes: Path | None = None, only: list[str] | None = None) 
                   f"costed {'proven' if row['complete'] else 'NOT proven'}", file=sys.stderr, flush=True)
             rows.append(row)
     return {"command": " ".join(sys.argv), "repeat": repeat, "probes": str(probes or PROBES), "machine_before": before,
-            "machine_after": machine_state(), "cpu_reference_s": reference, "rows": rows}
+            "machine_after": machine_state(), "cpu_reference_s": [reference, cpu_reference()], "rows": rows}
 
 
 def markdown(result: dict[str, Any]) -> str:
     load = [result["machine_before"].get("load_average"), result["machine_after"].get("load_average")]
     lines = [f"Command: `{result['command']}`; median of {result['repeat']}; load average before and after: "
              f"{load[0]}, {load[1]}"
-             + (f"; CPU reference {result['cpu_reference_s']:.3f} s (`asv_bench.shared.timing.cpu_reference`: "
-                "compare tables of other machines by it)" if "cpu_reference_s" in result else "") + ".", "",
+             + ("; CPU reference before and after {:.3f} s, {:.3f} s (`asv_bench.shared.timing.cpu_reference`: compare "
+                "tables of other machines by it)".format(*result["cpu_reference_s"]) if "cpu_reference_s" in result
+                else "") + ".", "",
              "| array | pattern or mix | costs | seconds | layouts costed | proven | best |",
              "|---|---|---|---:|---:|---|---|"]
     for r in result["rows"]:
