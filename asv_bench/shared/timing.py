@@ -34,6 +34,11 @@ def warm_memory(nbytes: int) -> None:
 def median_time(fn: Callable[[], Any], repeat: int, *, warmup: bool = True) -> float:
     """Median wall time of ``repeat`` calls, after one untimed call (imports, connections, first-touch
     page faults of fresh allocations)."""
+    return statistics.median(wall_times(fn, repeat, warmup=warmup))
+
+
+def wall_times(fn: Callable[[], Any], repeat: int, *, warmup: bool = True) -> list[float]:
+    """The wall time of each of ``repeat`` calls, after one untimed call if ``warmup``."""
     if warmup:
         fn()
     times = []
@@ -41,7 +46,7 @@ def median_time(fn: Callable[[], Any], repeat: int, *, warmup: bool = True) -> f
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def shuffled_rounds[T](items: Sequence[T], rounds: int, seed: int) -> Iterator[list[T]]:
@@ -95,13 +100,7 @@ def cpu_reference(repeat: int = 15) -> float:
             total += sum(range(j * 10)) % 7
         return total
 
-    once()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(wall_times(once, repeat))
 
 
 def machine_state() -> dict[str, Any]:
