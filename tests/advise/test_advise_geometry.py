@@ -167,6 +167,21 @@ def test_a_list_of_boxes_is_read_one_after_another() -> None:
     assert both.requests == sum(c.requests for c in one) and both.bytes == sum(c.bytes for c in one)
 
 
+def test_a_batchs_index_cache_answers_and_grows_as_a_set_would() -> None:
+    """`counting._remember` (a window's shards looked up in the sorted cache, then inserted) says which were
+    cached and leaves the cache sorted, distinct and holding them all, whatever order the window lists them in."""
+    from xarray_zarrmax.advise.counting import _remember
+
+    rng = np.random.default_rng(3)
+    cache, known = IndexCache(), set()
+    for _ in range(200):
+        codes = rng.choice(5000, size=int(rng.integers(1, 40)), replace=False).astype(np.int64)
+        seen = _remember(cache, codes)
+        assert seen.tolist() == [int(c) in known for c in codes]
+        known |= set(codes.tolist())
+        assert cache.seen.tolist() == sorted(known)
+
+
 def test_batch_seed_and_positions_give_the_windows_costed() -> None:
     dims, shape = ("time", "lat", "lon"), (50, 40, 60)
     assert Batch().selections(dims, shape) == Batch(seed=0).selections(dims, shape)

@@ -337,7 +337,7 @@ def _count_selection(axes: Selection, several: bool, shape: Sequence[int], items
             group = np.repeat(np.arange(len(groups), dtype=np.int64), [count for _, count, _, _ in groups])
             codes = (codes[:, None] * counts[d] + along[None, :]).ravel()
             combos = (combos[:, None] * 3 + group[None, :]).ravel()  # at most three groups a dimension
-        seen = np.isin(codes, cache.seen, assume_unique=True) if cache.seen.size else np.zeros(codes.size, bool)
+        seen = _remember(cache, codes)
         tally = np.bincount(combos * 2 + seen, minlength=2 * 3 ** len(per_dim))
         for label in np.flatnonzero(tally).tolist():
             rest, was_seen = divmod(label, 2)
@@ -348,8 +348,23 @@ def _count_selection(axes: Selection, several: bool, shape: Sequence[int], items
             picked.reverse()
             entries.append((int(tally[label]), bool(was_seen), tuple(g[2] for g in picked),
                             tuple(g[3] for g in picked), None))
-        cache.seen = np.union1d(cache.seen, codes)
     return _tally(entries, layout, itemsize, chunk_enc, reader, compressed, fetches, math.prod(a.size for a in axes))
+
+
+def _remember(cache: IndexCache, codes: np.ndarray) -> np.ndarray:
+    """Whether each of the shards ``codes`` (distinct) is in ``cache``, which then holds them all. A batch's cache
+    grows to thousands of shards: each window's few are looked up and inserted (searchsorted), not the whole cache
+    sorted again (union1d: 25x slower at 20,000)."""
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    at = np.searchsorted(cache.seen, ordered)
+    found = np.zeros(ordered.size, dtype=bool)
+    inside = at < cache.seen.size
+    found[inside] = cache.seen[at[inside]] == ordered[inside]
+    cache.seen = np.insert(cache.seen, at[~found], ordered[~found])
+    seen = np.empty(codes.size, dtype=bool)
+    seen[order] = found
+    return seen
 
 
 #: Objects that fetch alike: (how many, whether their shard indexes are cached, their extents inside the array,
