@@ -25,7 +25,12 @@ start=$(date +%s)
 .venv/bin/python -m xarray_zarrmax.xarray_compat || exit 1
 mark "ruff, mypy, import graph, xarray_compat"
 log=$(mktemp)
-.venv/bin/python -m pytest tests --hypothesis-seed="$seed" --durations=15 "$@" 2>&1 | tee "$log"
+# Two worker processes (pytest-xdist), each with its own MinIO and toxiproxy: 1.9x on a 2-core machine
+# (docs/dev/contributing.md). PYTEST_WORKERS=0 runs every test in this process, one after another.
+workers="${PYTEST_WORKERS:-2}"
+case "$workers" in ''|*[!0-9]*) echo "ci/test.sh: PYTEST_WORKERS must be a non-negative integer. Got '$workers'." >&2; exit 1;; esac
+.venv/bin/python -m pytest tests -n "$workers" --dist worksteal --hypothesis-seed="$seed" --durations=15 "$@" 2>&1 \
+  | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "test suite took $(( $(date +%s) - start )) s"
 echo "hypothesis seed: $seed (rerun with HYPOTHESIS_SEED=$seed bash ci/test.sh)"  # also when it failed
