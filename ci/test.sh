@@ -26,11 +26,11 @@ start=$(date +%s)
 mark "ruff, mypy, import graph, xarray_compat"
 log=$(mktemp)
 # Two worker processes (pytest-xdist), each with its own MinIO and toxiproxy: 1.9x on a 2-core machine
-# (docs/dev/contributing.md). loadfile: a file's tests run in one worker, in order (a docs page's examples build on
-# each other; loadgroup's xdist_group marks are lost under pytest 9.2). PYTEST_WORKERS=0: one process, in order.
+# (docs/dev/contributing.md). worksteal: a worker that runs out takes tests queued on the other, so no file of
+# minutes holds up the end. PYTEST_WORKERS=0 runs every test in this process, one after another.
 workers="${PYTEST_WORKERS:-2}"
 case "$workers" in ''|*[!0-9]*) echo "ci/test.sh: PYTEST_WORKERS must be a non-negative integer. Got '$workers'." >&2; exit 1;; esac
-.venv/bin/python -m pytest tests -n "$workers" --dist loadfile --hypothesis-seed="$seed" --durations=15 "$@" 2>&1 \
+.venv/bin/python -m pytest tests -n "$workers" --dist worksteal --hypothesis-seed="$seed" --durations=15 "$@" 2>&1 \
   | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "test suite took $(( $(date +%s) - start )) s"

@@ -189,6 +189,8 @@ class World:
     minio: Any = None
     namespace: dict[str, Any] = field(default_factory=dict)
     built: set[str] = field(default_factory=set)
+    ran: set[str] = field(default_factory=set)  # the page's blocks run in this world, in order
+    closed: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -300,6 +302,7 @@ class World:
 
     def close(self) -> None:
         """Stop what the page's examples started (a distributed client and its cluster)."""
+        self.closed = True
         for value in list(self.namespace.values()):
             kind = type(value).__module__
             if kind.startswith("distributed"):
@@ -361,22 +364,45 @@ def _run_python(code: str, namespace: dict[str, Any], name: str) -> None:
 def test_example(block: Block, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  monkeypatch: pytest.MonkeyPatch, _close_worlds: Any) -> None:
     world = _world(block, request, tmp_path_factory)
+    if block.id in world.ran or world.closed:  # run out of order in this process: the page afresh
+        world.close()
+        del _WORLDS[block.page]
+        world = _world(block, request, tmp_path_factory)
     for key, value in world.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(world.root)
-    code = world.substitute(block.code)
     try:
-        if block.lang == "python":
-            _run_python(code, world.namespace, f"{block.id}")
-        else:
-            zarrmax = str(Path(sys.executable).with_name("zarrmax"))
-            for words in _shell_commands(Block(block.page, block.line, "bash", code)) or []:
-                done = subprocess.run([zarrmax, *words[1:]], capture_output=True, text=True, timeout=300,
-                                      env={**os.environ})
-                assert done.returncode == 0, f"{' '.join(words)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+        # A page's blocks build on each other. The earlier ones this process has not run (the suite's workers
+        # share a page's blocks between them) run first, as a reader would have run them.
+        for earlier in ALL_BLOCKS[:ALL_BLOCKS.index(block)]:
+            if earlier.page == block.page and earlier.id not in world.ran and _runs_here(earlier):
+                try:
+                    _run_block(earlier, world)
+                except BaseException as exc:
+                    raise AssertionError(f"{earlier.id}, run first (this page's blocks build on each other), "
+                                         f"failed: {exc!r}") from exc
+        _run_block(block, world)
     finally:
         if LAST_OF_PAGE[block.page] == block.id:
             world.close()
+
+
+def _runs_here(block: Block) -> bool:
+    """Whether ``block`` runs here as a test that passes (not skipped, not a known failure)."""
+    return _not_run(block) is None and _listed(KNOWN_FAILURES, block) is None
+
+
+def _run_block(block: Block, world: World) -> None:
+    """Run one example block in its page's ``world`` (python in its namespace; bash: its zarrmax commands)."""
+    world.ran.add(block.id)
+    code = world.substitute(block.code)
+    if block.lang == "python":
+        _run_python(code, world.namespace, f"{block.id}")
+        return
+    zarrmax = str(Path(sys.executable).with_name("zarrmax"))
+    for words in _shell_commands(Block(block.page, block.line, "bash", code)) or []:
+        done = subprocess.run([zarrmax, *words[1:]], capture_output=True, text=True, timeout=300, env={**os.environ})
+        assert done.returncode == 0, f"{' '.join(words)} exited {done.returncode}:\n{done.stderr[-3000:]}"
 
 
 # -- releases: the version, the changelog and the benchmarks' list of release commits agree ---------------------
