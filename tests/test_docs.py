@@ -372,24 +372,25 @@ def test_example(block: Block, request: pytest.FixtureRequest, tmp_path_factory:
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(world.root)
     try:
-        # A page's blocks build on each other. The earlier ones this process has not run (the suite's workers
-        # share a page's blocks between them) run first, as a reader would have run them.
-        for earlier in ALL_BLOCKS[:ALL_BLOCKS.index(block)]:
-            if earlier.page == block.page and earlier.id not in world.ran and _runs_here(earlier):
-                try:
-                    _run_block(earlier, world)
-                except BaseException as exc:
-                    raise AssertionError(f"{earlier.id}, run first (this page's blocks build on each other), "
-                                         f"failed: {exc!r}") from exc
+        _catch_up(world, block)
         _run_block(block, world)
     finally:
         if LAST_OF_PAGE[block.page] == block.id:
             world.close()
 
 
-def _runs_here(block: Block) -> bool:
-    """Whether ``block`` runs here as a test that passes (not skipped, not a known failure)."""
-    return _not_run(block) is None and _listed(KNOWN_FAILURES, block) is None
+def _catch_up(world: World, block: Block) -> None:
+    """Run the blocks of ``block``'s page before it that this process has not run (a page's blocks build on each
+    other; the suite's workers share them out), as a reader would have: each that runs here as a passing test."""
+    earlier = [b for b in ALL_BLOCKS[:ALL_BLOCKS.index(block)] if b.page == block.page and b.id not in world.ran]
+    for before in earlier:
+        if _not_run(before) is not None or _listed(KNOWN_FAILURES, before) is not None:
+            continue
+        try:
+            _run_block(before, world)
+        except BaseException as exc:
+            raise AssertionError(f"{before.id}, run first (this page's blocks build on each other), "
+                                 f"failed: {exc!r}") from exc
 
 
 def _run_block(block: Block, world: World) -> None:
