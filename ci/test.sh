@@ -13,8 +13,17 @@ stages=""
 mark() { local now; now=$(date +%s); stages="$stages  $1: $(( now - stage_start )) s"$'\n'; stage_start=$now; }
 print_times() { printf "where the time went:\n%s  total: %s s\n" "$stages" "$(( $(date +%s) - ci_start ))"; }
 trap '[ -n "${finished:-}" ] || print_times' EXIT
-bash ci/setup.sh test,docs,release || exit 1
-bash ci/install_services.sh || exit 1
+# The MinIO/toxiproxy build (Go: about 4 minutes when ~/go/bin holds no binaries) beside pip's install of .venv
+services_log=$(mktemp)
+bash ci/install_services.sh >"$services_log" 2>&1 &
+services=$!
+bash ci/setup.sh test,docs,release
+setup_rc=$?
+wait "$services"  # also when pip failed: no build left running behind the exit
+services_rc=$?
+cat "$services_log"
+[ "$setup_rc" -eq 0 ] || exit "$setup_rc"
+[ "$services_rc" -eq 0 ] || exit "$services_rc"
 mark "setup (venv, MinIO/toxiproxy)"
 start=$(date +%s)
 .venv/bin/ruff check xarray_zarrmax tests asv_bench ci || exit 1
