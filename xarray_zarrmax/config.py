@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 _ENV_PREFIX = "XARRAY_ZARRMAX_"
@@ -157,28 +155,42 @@ def _recompute() -> Config:
     return config
 
 
-@contextlib.contextmanager
-def set_config(**changes: object) -> Iterator[Config]:
-    """Change settings for the duration of a ``with`` block, for the whole process.
+def set_config(**changes: object) -> ConfigChange:
+    """Change settings for the whole process: from this call on, or, used as a ``with`` block, until the block
+    exits (as ``xarray.set_options`` and ``dask.config.set`` do).
 
-    Process-wide, not per thread: dask's worker threads and the I/O loop's thread see the settings of a block
-    entered in the main thread. Blocks may overlap, in one thread or several, and exit in any order: the
-    settings in force are always the defaults (with ``XARRAY_ZARRMAX_*`` overrides) changed by each open
-    block, in the order the blocks were entered (so a later block wins a setting two blocks change). A block's
-    exit withdraws exactly its own changes, whatever blocks opened or closed meanwhile.
+    Process-wide, not per thread: dask's worker threads and the I/O loop's thread see the settings changed in the
+    main thread. Blocks may overlap, in one thread or several, and exit in any order: the settings in force are
+    always the defaults (with ``XARRAY_ZARRMAX_*`` overrides) changed by each call not yet withdrawn, in the order
+    of the calls (so a later call wins a setting two change). A block's exit withdraws exactly its own changes,
+    whatever blocks opened or closed meanwhile.
 
-    Yields the settings in force on entry. Invalid values raise ValueError, and unknown names TypeError,
-    before anything changes.
+    Returns a `ConfigChange`, whose ``with`` block yields the settings in force after the change. Invalid values
+    raise ValueError, and unknown names TypeError, before anything changes.
     """
-    global _current
-    token = object()
-    with _lock:
-        entered = dataclasses.replace(_current, **changes)  # type: ignore[arg-type]  # validates first
-        _overrides.append((token, dict(changes)))
-        _current = entered
-    try:
-        yield entered
-    finally:
+    return ConfigChange(changes)
+
+
+class ConfigChange:
+    """A `set_config` call's changes, in force from the call on; as a context manager, withdrawn at the block's
+    exit (a call not used as one keeps them for the life of the process)."""
+
+    __slots__ = ("_token", "_entered")
+
+    def __init__(self, changes: dict[str, object]) -> None:
+        global _current
+        self._token = object()
         with _lock:
-            _overrides[:] = [entry for entry in _overrides if entry[0] is not token]
+            entered = dataclasses.replace(_current, **changes)  # type: ignore[arg-type]  # validates first
+            _overrides.append((self._token, dict(changes)))
+            _current = entered
+        self._entered = entered
+
+    def __enter__(self) -> Config:
+        return self._entered
+
+    def __exit__(self, *exc_info: object) -> None:
+        global _current
+        with _lock:
+            _overrides[:] = [entry for entry in _overrides if entry[0] is not self._token]
             _current = _recompute()

@@ -90,6 +90,40 @@ def test_a_block_in_the_main_thread_is_seen_by_other_threads():
     assert seen == [3]
 
 
+def test_a_call_outside_a_with_block_changes_the_settings_from_then_on(tmp_path, monkeypatch):
+    """As the README and the reading guide turn the chunk cache on: a bare call, kept in force (as
+    ``xarray.set_options`` and ``dask.config.set``), where a generator-based context manager did nothing."""
+    import xarray_zarrmax
+    from xarray_zarrmax.storage import local
+
+    monkeypatch.setattr(local, "RACY_WINDOW_NS", 0)  # a file just written is kept (its own test: test_chunk_cache)
+    before = get_config()
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    group.create_array("s", shape=(8, 8), chunks=(4, 4), dtype="f4", fill_value=0.0,
+                       dimension_names=["y", "x"])[:] = np.arange(64, dtype="f4").reshape(8, 8)
+    xarray_zarrmax.clear_cache()
+    change = set_config(cache_bytes=2 << 20)
+    try:
+        assert get_config().cache_bytes == 2 << 20
+        ds = xr.open_dataset(tmp_path / "s.zarr", engine="zarrmax", chunks=None, cache=False)
+        for _ in range(2):  # chunks read whole are kept when decoded a second time (the cache's admission rule)
+            ds["s"].values  # noqa: B018
+        with xarray_zarrmax.request_counts() as counts:
+            ds["s"].values  # noqa: B018
+        assert counts.cache.hits > 0, counts.cache
+    finally:
+        change.__exit__(None, None, None)
+        xarray_zarrmax.clear_cache()
+    assert get_config() == before
+
+
+def test_a_with_block_of_a_call_withdraws_its_change_at_the_exit():
+    before = get_config()
+    with set_config(retries=4) as entered:
+        assert entered.retries == 4 and get_config().retries == 4
+    assert get_config() == before
+
+
 def test_an_invalid_change_changes_nothing():
     before = get_config()
     with pytest.raises(ValueError, match=r"config concurrency must be an integer >= 1. Got 0 instead"):
