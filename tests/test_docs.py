@@ -181,6 +181,33 @@ def example_dataset(steps: int = 120) -> xr.Dataset:
 ENCODING = {"t2m": {"chunks": (1, 73, 144), "shards": (24, 73, 144)}}
 
 
+class _Setting:
+    """A page example's `set_config` call. One called alone stays in force for the page's later blocks (as for a
+    reader), but only while the page's block runs: withdrawn after each, made again before the next, so no other
+    test in the process runs under it."""
+
+    def __init__(self, changes: dict[str, Any]) -> None:
+        self.changes, self.open = changes, True
+        self.change: Any = _SET_CONFIG(**changes)
+
+    def __enter__(self) -> Any:
+        return self.change.__enter__()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.open = False  # its with block ended: not made again
+        self.change.__exit__(*exc_info)
+
+    def withdraw(self) -> None:
+        self.change.__exit__(None, None, None)
+
+    def again(self) -> None:
+        if self.open:
+            self.change = _SET_CONFIG(**self.changes)
+
+
+_SET_CONFIG = xarray_zarrmax.set_config
+
+
 @dataclass
 class World:
     page: str
@@ -191,6 +218,7 @@ class World:
     built: set[str] = field(default_factory=set)
     ran: set[str] = field(default_factory=set)  # the page's blocks run in this world, in order
     closed: bool = False
+    settings: list[_Setting] = field(default_factory=list)  # its examples' set_config calls
 
     @property
     def endpoint(self) -> str:
@@ -301,8 +329,11 @@ class World:
                                       "/1": coarse, "/0/stats": stats})
 
     def close(self) -> None:
-        """Stop what the page's examples started (a distributed client and its cluster)."""
+        """Stop what the page's examples started (a distributed client and its cluster), and withdraw the settings
+        they changed."""
         self.closed = True
+        for setting in self.settings:
+            setting.withdraw()
         for value in list(self.namespace.values()):
             kind = type(value).__module__
             if kind.startswith("distributed"):
@@ -371,12 +402,25 @@ def test_example(block: Block, request: pytest.FixtureRequest, tmp_path_factory:
     for key, value in world.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(world.root)
+
+    def recorded(**changes: Any) -> _Setting:
+        world.settings.append(_Setting(changes))
+        return world.settings[-1]
+
+    monkeypatch.setattr(xarray_zarrmax, "set_config", recorded)
+    before = xarray_zarrmax.get_config()
+    for setting in world.settings:
+        setting.again()
     try:
         _catch_up(world, block)
         _run_block(block, world)
     finally:
+        for setting in world.settings:
+            setting.withdraw()
         if LAST_OF_PAGE[block.page] == block.id:
             world.close()
+    # no test after it runs under what an example set (the process's settings: every test's)
+    assert xarray_zarrmax.get_config() == before, f"{block.id} left the settings changed"
 
 
 def _catch_up(world: World, block: Block) -> None:
