@@ -81,7 +81,9 @@ class SearchBounds:
                 stops.append([1 if d in dims else a.stop for d, a in enumerate(axes)])
                 pointed.append([d in dims for d in range(len(axes))])
                 if isinstance(sel, PointRead):
-                    points.append((j, list(sel.dims), np.asarray(sel.points, dtype=np.int64).reshape(-1, len(dims))))
+                    # the distinct points: the bounds count the distinct chunks and objects holding them
+                    at = np.asarray(sel.points, dtype=np.int64).reshape(-1, len(dims))
+                    points.append((j, list(sel.dims), np.unique(at, axis=0) if at.shape[0] > 1 else at))
             self.patterns.append(_Pattern(float(weights[name]),
                                           np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
@@ -202,15 +204,32 @@ class SearchBounds:
                  points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per row, for a pointwise read along ``dims`` (as `counting._count_points` reads it): the distinct
         chunks holding its ``points`` (along those dimensions), their fractions inside the array summed, the
-        distinct objects holding them, and the fewest of those chunks in one of those objects."""
+        distinct objects holding them, and the fewest of those chunks in one of those objects. Worked out once
+        per distinct chunk and object lengths along ``dims`` (a search's layouts share a few), in blocks of at
+        most 2^22 (lengths, point) pairs: a read of 10^5 points costs no more memory than one of a few."""
         k, count = chunks.shape[0], points.shape[0]
         if count == 0:
             return np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+        m = len(dims)
+        lengths, inverse = np.unique(np.concatenate([chunks[:, dims], outer[:, dims]], axis=1), axis=0,
+                                     return_inverse=True)
+        found = np.zeros((4, lengths.shape[0]))
+        step = max(1, (1 << 22) // count)
+        for a in range(0, lengths.shape[0], step):
+            found[:, a:a + step] = self._pointed_lengths(lengths[a:a + step, :m], lengths[a:a + step, m:], dims,
+                                                         points)
+        touched, fraction, objects, fewest = found[:, inverse.ravel()]
+        return touched, fraction, objects, fewest
+
+    def _pointed_lengths(self, lengths: np.ndarray, object_lengths: np.ndarray, dims: list[int],
+                         points: np.ndarray) -> np.ndarray:
+        """`_pointed` of rows of chunk ``lengths`` and ``object_lengths`` along ``dims``, ``(4, rows)``."""
+        k, count = lengths.shape[0], points.shape[0]
         n = self.shape[dims]
         codes = []
-        for lengths in (chunks[:, dims], outer[:, dims]):
-            ids = points[None] // lengths[:, None, :]  # (k, points, len(dims))
-            grid = -(-n[None] // lengths)
+        for along in (lengths, object_lengths):
+            ids = points[None] // along[:, None, :]  # (k, points, len(dims))
+            grid = -(-n[None] // along)
             code = np.zeros(ids.shape[:2], dtype=np.int64)
             for d in range(len(dims)):  # below the element count of those dimensions: no overflow
                 code = code * grid[:, d, None] + ids[:, :, d]
@@ -225,7 +244,6 @@ class SearchBounds:
         new_chunk[1:] |= chunk_code[1:] != chunk_code[:-1]
         new_object = new_row.copy()
         new_object[1:] |= object_code[1:] != object_code[:-1]
-        lengths = chunks[:, dims]
         ids = points[None] // lengths[:, None, :]
         inside = np.prod(np.minimum(lengths[:, None, :], n[None, None] - ids * lengths[:, None, :])
                          / lengths[:, None, :], axis=2).ravel()[order]
@@ -236,7 +254,7 @@ class SearchBounds:
         per_object = np.add.reduceat(new_chunk.astype(np.int64), np.flatnonzero(new_object))
         fewest = np.full(k, np.inf)
         np.minimum.at(fewest, row[new_object], per_object)
-        return touched, fraction, objects, fewest
+        return np.stack([touched, fraction, objects, fewest])
 
     def _along(self, d: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunks of length ``c`` that [s, e) touches along dimension ``d``, and their fraction inside the array

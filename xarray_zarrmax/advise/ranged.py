@@ -46,6 +46,12 @@ class Ranged:
 CHUNKS_PER_WINDOW = 256
 
 
+#: A pointwise read's gaps are counted for layouts where it touches at most this many windows' chunks
+#: (`CHUNKS_PER_WINDOW` each), however many points it has: counting is per chunk, and a read of 10^4 points
+#: touching 256 chunks each would cost far more than costing the layout (`counting._count_points`)
+POINT_WINDOWS = 16
+
+
 def ranged_runs(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray,
                 starts: np.ndarray, stops: np.ndarray, chunk_enc: np.ndarray, compressed: bool,
                 full_shard_fraction: float, coalesce_gap: int, local: bool, itemsize: int,
@@ -86,25 +92,47 @@ def ranged_points(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_
         empty = np.zeros(0)
         return Ranged(np.zeros(0, dtype=np.int64), empty, empty, empty, empty, empty)
     # per layout, the distinct chunks holding a point (along dims): one box of chunks each
-    ids = points[None] // chunks[:, None, dims]  # (k, count, len(dims))
-    row = np.repeat(np.arange(k), points.shape[0])
-    flat = ids.reshape(-1, len(dims))
-    order = np.lexsort((*flat.T[::-1], row))
-    row, flat = row[order], flat[order]
-    distinct = np.ones(row.size, dtype=bool)
-    distinct[1:] = (row[1:] != row[:-1]) | np.any(flat[1:] != flat[:-1], axis=1)
-    row, flat = row[distinct], flat[distinct]
+    row, flat = _point_chunks(chunks[:, dims], points)
     first = (starts[None] // chunks)[row]  # (boxes, ndim)
     span = ((stops[None] - 1) // chunks - starts[None] // chunks + 1)[row]
     first[:, dims] = flat
     span[:, dims] = 1
     totals = np.bincount(row, weights=np.prod(span, axis=1), minlength=k)
-    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * points.shape[0])
+    countable = np.flatnonzero(totals <= CHUNKS_PER_WINDOW * min(points.shape[0], POINT_WINDOWS))
     keep = np.isin(row, countable)
     layouts = _Layouts(shape, chunks, outer, per_object, chunk_enc, compressed, full_shard_fraction,
                        coalesce_gap, local, itemsize, np.asarray(index_bytes, dtype=np.float64), split_size)
     return _counted(layouts, countable, totals, row[keep], row[keep], first[keep], span[keep],
                     None if gaps else np.zeros(k, dtype=bool))
+
+
+def _point_chunks(lengths: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of chunk ``lengths`` (``(k, m)``), the distinct chunks holding ``points`` (``(count, m)``): each
+    chunk's row (ascending) and its chunk along each of the m dimensions. Worked out once per distinct row of
+    lengths (a search's layouts share a few), in blocks of at most 2^22 (lengths, point) pairs."""
+    m = lengths.shape[1]
+    distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    firsts, found = [], []
+    step = max(1, (1 << 22) // max(1, points.shape[0]))
+    for a in range(0, distinct.shape[0], step):
+        part = distinct[a:a + step]
+        row = np.repeat(np.arange(part.shape[0]), points.shape[0])
+        flat = (points[None] // part[:, None, :]).reshape(-1, m)
+        order = np.lexsort((*flat.T[::-1], row))
+        row, flat = row[order], flat[order]
+        new = np.ones(row.size, dtype=bool)
+        new[1:] = (row[1:] != row[:-1]) | np.any(flat[1:] != flat[:-1], axis=1)
+        firsts.append(a + row[new])
+        found.append(flat[new])
+    owner, ids = np.concatenate(firsts), np.concatenate(found)
+    # each layout's: those of its row of lengths, in order
+    per = np.bincount(owner, minlength=distinct.shape[0])
+    start = np.cumsum(per) - per
+    counts = per[inverse]
+    row = np.repeat(np.arange(lengths.shape[0]), counts)
+    at = np.repeat(start[inverse], counts) + np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return row, ids[at]
 
 
 @dataclass(frozen=True, slots=True)
