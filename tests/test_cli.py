@@ -255,3 +255,46 @@ def test_advise_takes_selections_inside_the_variable(tmp_path, capsys):
     path = write(tmp_path / "d.zarr")
     assert main(advise_argv(path, "--select", "a:1:time=-40:40,x=-1", "--top", "1")) == 0
     assert "layout advice for 't'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("content", "got"), [
+    (b"\xff\xfe garbage", "Got bytes that are not UTF-8 text (at byte 0) instead."),
+    (b"[" * 100_000, "Got JSON nested too deep to parse instead."),
+])
+def test_advise_refuses_a_costs_file_that_is_not_json_naming_the_flag_and_file(tmp_path, capsys, content, got):
+    """Was: ``zarrmax: RecursionError: ...``, exit 1, neither the flag nor the file named."""
+    costs = tmp_path / "costs.json"
+    costs.write_bytes(content)
+    argv = ["advise", str(tmp_path / "never-opened.zarr"), "--pattern", "map:1", "--costs", str(costs)]
+    assert main(argv) == 2
+    assert one_line_error(capsys) == (f"zarrmax advise: --costs {str(costs)!r}: expected {str(costs)!r} to hold costs "
+                                      f"saved as JSON (Costs.save). {got}")
+
+
+@pytest.mark.parametrize(("where", "expected"), [
+    ("missing/costs.json", "--save-costs {path!r}: its folder {folder!r} does not exist (or is no folder); expected "
+                           "a file in an existing folder"),
+    (".", "--save-costs {path!r} is a folder; expected the path of a file to write, e.g. --save-costs costs.json"),
+])
+def test_advise_checks_where_it_saves_costs_before_anything_is_probed(tmp_path, capsys, where, expected):
+    """Was: the store opened, probed and searched, then a FileNotFoundError (exit 1) and the probe lost. The store
+    here does not exist: refused before it is opened."""
+    path = str(tmp_path / where)
+    assert main(advise_argv(str(tmp_path / "never-opened.zarr"), "--pattern", "map:1", "--save-costs", path)) == 2
+    folder = str(tmp_path / "missing")
+    assert one_line_error(capsys) == "zarrmax advise: " + expected.format(path=path, folder=folder)
+
+
+
+def test_advise_says_costs_it_could_not_save_after_advising(tmp_path, capsys, monkeypatch):
+    """The folder checked before the probe can change while it runs: the write's failure names the flag."""
+    from xarray_zarrmax.advise.model import Costs
+
+    def refuse(self, path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(Costs, "save", refuse)
+    saved = str(tmp_path / "costs.json")
+    assert main(advise_argv(write(tmp_path / "d.zarr"), "--pattern", "map:1", "--save-costs", saved)) == 1
+    assert one_line_error(capsys) == (f"zarrmax advise: --save-costs {saved!r}: cannot write it (Permission denied); "
+                                      "the advice above stands, its costs were not saved")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from xarray_zarrmax.config import get_config
@@ -284,7 +285,7 @@ def _patterns(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, tuple
     return patterns, selects
 
 
-def _check_selection(text: str, selection: Mapping[str, slice | int], variable: str,
+def _check_selection(text: str, selection: Mapping[str, slice | int], variable: Hashable,
                      sizes: Mapping[Any, int]) -> None:
     """A ``--select`` box inside the variable: a dimension it has, an index in it, a slice within it that
     selects something (both bounds from -n to n: a bound past the end is a mistake, not "to the end")."""
@@ -319,6 +320,8 @@ def advise(args: argparse.Namespace) -> int:
     window = _window(args.batch_window)
     storage_options = _options(args.option) or None
     costs = _saved_costs(args.costs) if args.costs else None  # before the store is opened: a mistyped path fails fast
+    if args.save_costs:
+        _check_writable(args.save_costs, "--save-costs")  # before the probe, which a failed write would lose
     ds = _open(args, None)
     variable, _ = advised_variables(ds, args.variable)
     sizes = ds[variable].sizes
@@ -335,7 +338,11 @@ def advise(args: argparse.Namespace) -> int:
                         costs=costs, batch=Batch(args.batch_count, window), progress=True)
     print(report)
     if args.save_costs:
-        report.costs.save(args.save_costs)
+        try:
+            report.costs.save(args.save_costs)
+        except OSError as err:  # checked before the probe, but the folder can change while it runs
+            raise Refused(f"--save-costs {args.save_costs!r}: cannot write it ({err.strerror or err}); the advice "
+                          "above stands, its costs were not saved", 1) from None
         print(f"costs saved to {args.save_costs} (reuse them with --costs {args.save_costs})")
     if args.top:
         import pandas as pd
@@ -358,6 +365,19 @@ def _saved_costs(path: str) -> Any:
                       "--save-costs") from None
     except AdviceInputError as err:
         raise Refused(f"--costs {path!r}: {err}") from None
+
+
+def _check_writable(path: str, flag: str) -> None:
+    """A file ``flag`` will write at ``path``: not a folder, in a folder that exists and can be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise Refused(f"{flag} {path!r} is a folder; expected the path of a file to write, e.g. {flag} costs.json")
+    if not os.path.isdir(folder):
+        raise Refused(f"{flag} {path!r}: its folder {folder!r} does not exist (or is no folder); expected a file "
+                      "in an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise Refused(f"{flag} {path!r}: cannot write {'it' if os.path.exists(path) else 'in ' + repr(folder)}; "
+                      "expected a file this user may write")
 
 
 def _block_nbytes(block: Any) -> Any:

@@ -15,7 +15,7 @@ from xarray_zarrmax.advise import Batch, Costs, Points, Reader, pattern_selectio
 from xarray_zarrmax.advise.bounds import PAIRWISE, QUICK, RANGES, SAMPLED, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import candidate_layouts, multiples
 from xarray_zarrmax.advise.model import Layout, could_beat
-from xarray_zarrmax.advise.patterns import parse_patterns, weight
+from xarray_zarrmax.advise.patterns import normalized, parse_patterns, weight
 from xarray_zarrmax.advise.search import could_tie
 
 DIMS = ("time", "lev", "lat", "lon")
@@ -215,8 +215,9 @@ def test_every_layout_left_uncosted_is_ruled_out_by_its_bound(seed: int, wide: b
     assert outcome is not None and outcome.complete and first_phase
     # each layout costed once and counted once (a seed too, when its entry comes up)
     assert set(costed.values()) == {1} and outcome.costed == len(costed), (outcome, len(costed))
-    fastest = min(found, key=lambda c: c.score)
-    patterns = parse_patterns(mix)
+    # the bounds, and the fastest's numbers, in the search's own scale (the weights times a power of two)
+    patterns, exponent = normalized(parse_patterns(mix))
+    fastest = min(found, key=lambda c: c.score).scaled(-exponent)
     bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
                           {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, reader)
     left = [lay for lay in candidate_layouts(shape, 4) if lay not in costed]
@@ -384,7 +385,7 @@ def test_refining_leaves_uncosted_only_neighbours_that_cannot_tie(seed: int, mon
     costed = {c.layout for c in found}
     left = [lay for lay in dict.fromkeys(seen) if lay not in costed]
     assert polished and seen and left, (len(seen), len(left))
-    patterns = parse_patterns(mix)
+    patterns, _ = normalized(parse_patterns(mix))  # as the search weighs them (``polished``: its own numbers)
     bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
                           {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, reader)
     assert not tied_with(bounds, layout_terms(bounds, left), polished[0]).any()

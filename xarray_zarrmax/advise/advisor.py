@@ -38,14 +38,17 @@ from xarray_zarrmax.advise.model import (
 from xarray_zarrmax.advise.patterns import (
     Batch,
     PatternSpec,
+    normalized,
     parse_patterns,
     pattern_selections,
     weight,
 )
 from xarray_zarrmax.advise.probe import Progress, deferred, probe_decoder, probe_reader, probe_store, text_progress
-from xarray_zarrmax.advise.report import MB, AdviceReport, Candidate, Constraints
+from xarray_zarrmax.advise.report import MB, AdviceReport, Candidate, Constraints, nothing_meets
 from xarray_zarrmax.advise.search import SearchOutcome, branch_and_bound, layout_terms, tied_with
 from xarray_zarrmax.advise.validate import (
+    ITEMSIZE,
+    check_array,
     check_dataset,
     check_progress,
     check_store,
@@ -67,10 +70,10 @@ from xarray_zarrmax.tuning import (
 )
 
 
-def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
+def rank(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patterns: Mapping[str, PatternSpec], *,
          costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
-         layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
-         variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch(),
+         layouts: Sequence[Layout] | None = None, coords: Mapping[Hashable, np.ndarray] | None = None,
+         variable: Hashable = "", variables: Sequence[Hashable] = (), batch: Batch = Batch(),
          progress: Progress | None = None) -> list[Candidate]:
     """`search` without how far the search went: the layouts costed, ranked."""
     return search(shape, dims, itemsize, patterns, costs=costs, reader=reader, constraints=constraints,
@@ -78,10 +81,10 @@ def rank(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Map
                   progress=progress)[0]
 
 
-def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: Mapping[str, PatternSpec], *,
+def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patterns: Mapping[str, PatternSpec], *,
            costs: Costs, reader: Reader, constraints: Constraints = Constraints(),
-           layouts: Sequence[Layout] | None = None, coords: Mapping[str, np.ndarray] | None = None,
-           variable: str = "", variables: Sequence[str] = (), batch: Batch = Batch(),
+           layouts: Sequence[Layout] | None = None, coords: Mapping[Hashable, np.ndarray] | None = None,
+           variable: Hashable = "", variables: Sequence[Hashable] = (), batch: Batch = Batch(),
            progress: Progress | None = None) -> tuple[list[Candidate], SearchOutcome | None]:
     """Cost every layout under every pattern and rank those meeting ``constraints`` by weighted time; and how
     far the search of the grid went (None: ``layouts`` were given).
@@ -96,13 +99,22 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
     ``progress`` is called ``(done, total, what)`` as layouts are costed (see `deferred` for a bar that only
     shows when costing runs long).
 
+    Only the weights' ratios decide (`patterns.normalized`); scores are weight x seconds, as given.
+
     Raises
     ------
+    AdviceTypeError, AdviceInputError
+        An argument of the wrong type or value (``dims`` and ``shape`` of one array, none empty: `check_array`).
     AdviceInputError
         When no layout meets the constraints (a ValueError): the message gives the smallest value any layout
         achieves.
     """
-    patterns = parse_patterns(patterns)
+    dims, shape = check_array(shape, dims)
+    itemsize = whole_number("itemsize", itemsize, 1, what=ITEMSIZE)
+    for argument, value, kind in (("costs", costs, Costs), ("reader", reader, Reader)):
+        if not isinstance(value, kind):
+            raise wrong_type(argument, f"xarray_zarrmax.advise.{kind.__name__}(...)", value)
+    patterns, exponent = normalized(parse_patterns(patterns))
     selections = {name: pattern_selections(name, spec, dims, shape, coords, variable, batch)
                   for name, spec in patterns.items()}
     searched = layouts is None
@@ -198,13 +210,14 @@ def search(shape: Sequence[int], dims: Sequence[str], itemsize: int, patterns: M
     if not kept:
         if progress is not None:
             progress(total, total, "no layout meets the constraints")
-        raise AdviceInputError(_nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints,
-                                              list(candidate_layouts(shape, itemsize)) if searched
-                                              else list(layouts or ())))
+        raise AdviceInputError(nothing_meets(shape, itemsize, costs.ratio, reader.task_bytes, constraints,
+                                             list(candidate_layouts(shape, itemsize)) if searched
+                                             else list(layouts or ())))
     if progress is not None and searched:
         progress(total, total, "costed")
     kept.sort(key=order)
-    return _tie_break(kept, costs, {n: weight(s) for n, s in patterns.items()}), outcome
+    ranked = [c.scaled(exponent) for c in _tie_break(kept, costs, weights)]
+    return ranked, None if outcome is None else replace(outcome, floor=math.ldexp(outcome.floor, exponent))
 
 
 def _forward_only(progress: Progress) -> Progress:
@@ -266,40 +279,6 @@ def _tie_break(ranked: list[Candidate], costs: Costs, weights: Mapping[str, floa
                 tuple(-n for n in reversed(c.layout.outer)))
 
     return [replace(c, tied=True) for c in sorted(tied, key=rule)] + rest
-
-
-def _nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes: int, constraints: Constraints,
-                   layouts: Sequence[Layout]) -> str:
-    """Why no layout is left: per constraint, the smallest value achievable by layouts meeting the others."""
-    measures = {
-        "task_memory_bytes": (lambda lay: task_memory(shape, lay, itemsize, ratio, task_bytes),
-                              "memory per task <= {:.3g} MB", "the smallest achievable is {:.3g} MB"),
-        "max_object_bytes": (lambda lay: object_nbytes(lay, itemsize, ratio), "objects of <= {:.3g} MB",
-                             "the smallest achievable is {:.3g} MB"),
-        "max_objects": (lambda lay: object_count(shape, lay), "<= {:g} objects", "the fewest achievable is {:g}"),
-    }
-    limits = {name: getattr(constraints, name) for name in measures if getattr(constraints, name) is not None}
-    problems = []
-    for name, limit in limits.items():
-        measure, wanted, achievable = measures[name]
-        scale = 1 if name == "max_objects" else MB
-        others = [lay for lay in layouts
-                  if all(measures[o][0](lay) <= v for o, v in limits.items() if o != name)]
-        if not others:
-            continue  # the others already rule out every layout: they are reported
-        best = min(others, key=lambda lay: (measure(lay), lay.shards is not None))  # ties: unsharded first
-        if measure(best) > limit:
-            given = " with the other constraints" if len(limits) > 1 else ""
-            problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "
-                            f"chunks {best})")
-    why = ""
-    if "task_memory_bytes" in limits and task_bytes:
-        # small objects are grouped into tasks of about task_bytes with chunks={}: the floor of any layout's task
-        why = (f". With chunks={{}} a task groups objects smaller than half of task_bytes ({task_bytes / MB:.3g} MB) "
-               "into about that many bytes; set_config(task_bytes=...) or XARRAY_ZARRMAX_TASK_BYTES lowers it (0: "
-               "one task per object)")
-    return f"no candidate layout of {len(layouts)} meets every constraint: " + (
-        "; ".join(problems) or "the constraints together rule out every layout") + why
 
 
 def _sample(var: Any, nbytes: int = SAMPLE_BYTES, dtype: np.dtype | None = None) -> np.ndarray:
@@ -379,9 +358,10 @@ def _advisable(var: Any) -> str | None:
     return None
 
 
-def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, tuple[str, ...]]:
+def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[Hashable, tuple[Hashable, ...]]:
     """The data variable to advise on (``variable``, else the largest that can be laid out) and every data
-    variable of its dimensions and shape, which get the same layout."""
+    variable of its dimensions and shape, which get the same layout: names as the dataset has them (xarray takes
+    any hashable; ``1`` and ``'1'`` are two variables)."""
     names = list(ds.data_vars)
     check_variable(variable)
     if variable is None:
@@ -392,15 +372,15 @@ def advised_variables(ds: Any, variable: Hashable | None = None) -> tuple[str, t
                                    f"are numbers, booleans or times, to advise on. Got none such: {why}.")
         chosen = max(fit, key=lambda n: ds[n].size * ds[n].dtype.itemsize)
     elif variable not in ds.data_vars:
-        raise AdviceInputError(f"no data variable {variable!r}: the dataset has {[str(n) for n in names]}")
+        raise AdviceInputError(f"no data variable {variable!r}: the dataset has {names}")
     else:
         chosen = variable
         reason = _advisable(ds[chosen])
         if reason is not None:
             raise AdviceInputError(f"cannot advise a layout for data variable {chosen!r}: {reason}")
     var = ds[chosen]
-    same = tuple(str(n) for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
-    return str(chosen), same
+    same = tuple(n for n in names if ds[n].dims == var.dims and ds[n].shape == var.shape)
+    return chosen, same
 
 
 def check_costs(costs: Any) -> None:
@@ -427,7 +407,7 @@ def check_request(ds: Any, patterns: Any, *, variable: Any = None, store: Any = 
     optional(whole_number, "max_objects", max_objects, 1)
     if not isinstance(batch, Batch):
         raise wrong_type("batch", "xarray_zarrmax.advise.Batch(windows, {dim: size})", batch)
-    dims = tuple(str(d) for d in var.dims)
+    dims = tuple(var.dims)
     checked = check_layouts(layouts, dims)
     shape = tuple(int(n) for n in var.shape)
     # two values tell a regular coordinate's step (`patterns._span`): the rest is never loaded
@@ -442,15 +422,15 @@ class Request:
     """What `check_request` found: the variable, those laid out with it, the patterns, two values of each of
     its dimensions' coordinates, and the layouts given (None: search)."""
 
-    variable: str
-    same: tuple[str, ...]
+    variable: Hashable
+    same: tuple[Hashable, ...]
     patterns: dict[str, PatternSpec]
-    coords: dict[str, np.ndarray]
+    coords: dict[Hashable, np.ndarray]
     layouts: list[Layout] | None
 
 
-def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None = None, store: str | None = None,
-           storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
+def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: Hashable | None = None,
+           store: str | None = None, storage_options: Mapping[str, Any] | None = None, budget_mb: float | None = None,
            max_object_mb: float | None = None, max_objects: int | None = None, costs: Costs | None = None,
            layouts: Sequence[Layout] | None = None, batch: Batch = Batch(),
            progress: Progress | bool = True) -> AdviceReport:
@@ -503,7 +483,7 @@ def advise(ds: Any, patterns: Mapping[str, PatternSpec], *, variable: str | None
                             layouts=layouts, batch=batch, progress=progress)
     variable, patterns = request.variable, request.patterns
     var = ds[variable]
-    dims = tuple(str(d) for d in var.dims)
+    dims = tuple(var.dims)
     shape = tuple(int(n) for n in var.shape)
     config = get_config()
     calibrated = costs is None and store is not None
@@ -556,7 +536,7 @@ def _probe_costs(var: Any, stored: np.dtype, store: Any, storage_options: Mappin
                  local=local, decode_speedup=decoder.speedup, speedup_curve=decoder.speedup_curve, spread=spread)
 
 
-def calibrate(ds: Any, *, variable: str | None = None, store: str | None = None,
+def calibrate(ds: Any, *, variable: Hashable | None = None, store: str | None = None,
               storage_options: Mapping[str, Any] | None = None, progress: Progress | bool = True) -> Costs:
     """Probe the store, the decoder and our reader, as `advise` does, and return the `Costs` without advising.
 

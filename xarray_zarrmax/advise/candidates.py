@@ -13,13 +13,13 @@ Nothing is thinned: the search (`advisor.rank`) bounds each layout's predicted t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from xarray_zarrmax.advise.model import Layout
-from xarray_zarrmax.advise.validate import is_whole, wrong_type
+from xarray_zarrmax.advise.validate import ITEMSIZE, check_shape, is_whole, whole_number, wrong_type
 from xarray_zarrmax.errors import AdviceInputError
 from xarray_zarrmax.tuning import (
     MAX_CHUNK_BYTES,
@@ -125,7 +125,13 @@ def shard_options(chunks: Sequence[int], shape: Sequence[int]) -> list[Layout]:
 
 def candidate_layouts(shape: Sequence[int], itemsize: int) -> Iterator[Layout]:
     """Every layout of the grid (see the module's docstring), chunk shape by chunk shape: lazily, as in many
-    dimensions there are millions (the search costs the few its bound leaves)."""
+    dimensions there are millions (the search costs the few its bound leaves). ``shape`` and ``itemsize`` are
+    checked at the call, not at the first layout (`validate.check_shape`; an itemsize of whole bytes >= 1)."""
+    lengths = check_shape(shape)
+    return _layouts(lengths, whole_number("itemsize", itemsize, 1, what=ITEMSIZE))
+
+
+def _layouts(shape: tuple[int, ...], itemsize: int) -> Iterator[Layout]:
     for chunks in chunk_grid(shape, itemsize):
         yield from shard_options(chunks.tolist(), shape)
 
@@ -152,7 +158,7 @@ def neighbours(layout: Layout, shape: Sequence[int], itemsize: int) -> list[Layo
     return [lay for lay in found if lay.chunks_per_object() <= MAX_SHARD_CHUNKS]
 
 
-def check_layouts(layouts: Any, dims: tuple[str, ...]) -> list[Layout] | None:
+def check_layouts(layouts: Any, dims: tuple[Hashable, ...]) -> list[Layout] | None:
     """``layouts=``: None, or a list of `Layout` whose chunks and shards have one whole length >= 1 per
     dimension, the shards whole multiples of the chunks and of at most `MAX_SHARD_CHUNKS` chunks. Sequences of
     lengths become tuples (``Layout([4, 5, 6])`` is ``Layout((4, 5, 6))``)."""

@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from xarray_zarrmax.advise.validate import is_real, nonnegative_number, positive_number, shown
+from xarray_zarrmax.advise.validate import (
+    is_real,
+    is_whole,
+    nonnegative_number,
+    positive_number,
+    shown,
+    whole_number,
+)
 from xarray_zarrmax.core.geometry import Selection, task_chunks
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
 
@@ -75,6 +82,25 @@ class Reader:
     threads: int = 1
     local: bool = False
     index_crc32c: bool = True  # zarr-python writes a crc32c after every shard index
+
+    def __post_init__(self) -> None:
+        # the ranges `Config` allows, checked here too: `rank` and `search` take a Reader built by hand (a
+        # concurrency of 0 divided by zero deep in the counting)
+        for name, least in (("concurrency", 1), ("threads", 1), ("split_size", 1), ("inflight_bytes", 1),
+                            ("coalesce_gap", 0), ("task_bytes", 0)):
+            value = whole_number(f"Reader {name}", getattr(self, name), least)
+            object.__setattr__(self, name, value)
+        fraction = self.full_shard_fraction
+        if not is_real(fraction):
+            raise AdviceTypeError(f"expected Reader full_shard_fraction as a number from 0 to 1. Got "
+                                  f"{shown(fraction, typed=True)} instead.")
+        if not 0 <= fraction <= 1:
+            raise AdviceInputError(f"expected Reader full_shard_fraction as a number from 0 to 1. Got {fraction!r} "
+                                   "instead.")
+        for name in ("local", "index_crc32c"):
+            if not isinstance(getattr(self, name), bool):
+                raise AdviceTypeError(f"expected Reader {name} as True or False. Got "
+                                      f"{shown(getattr(self, name), typed=True)} instead.")
 
 
 #: The cost fields measured in seconds (a time term grows with them) and in bytes per second (shrinks).
@@ -235,9 +261,11 @@ class Costs:
         if not isinstance(data, Mapping):
             raise AdviceTypeError(f"expected costs as a mapping made by Costs.to_dict(). Got "
                                   f"{shown(data, typed=True)} instead.")
-        if data.get("format") != COSTS_FORMAT or data.get("version") != COSTS_VERSION:
-            raise AdviceInputError(f"expected costs of format {COSTS_FORMAT!r} version {COSTS_VERSION}. Got format "
-                                   f"{shown(data.get('format'))}, version {shown(data.get('version'))} instead.")
+        version = data.get("version")
+        if data.get("format") != COSTS_FORMAT or not is_whole(version) or version != COSTS_VERSION:
+            raise AdviceInputError(f"expected costs of format {COSTS_FORMAT!r} version {COSTS_VERSION} (a whole "
+                                   f"number). Got format {shown(data.get('format'))}, version "
+                                   f"{shown(version, typed=True)} instead.")
         fields = {*SECONDS_COSTS, *RATE_COSTS, "ratio", "decode_curve", "decode_speedup", "spread", "store"}
         optional = {"speedup_curve"}  # absent from costs saved before it was measured: none
         unknown = sorted(str(k) for k in data if k not in fields | optional | {"format", "version"})
@@ -260,21 +288,29 @@ class Costs:
             raise AdviceTypeError(f"expected costs spread as a mapping of cost -> [low, high]. Got "
                                   f"{shown(spread)} instead.") from None
         numbers = {name: data[name] for name in (*SECONDS_COSTS, *RATE_COSTS, "ratio")}
-        return cls(**numbers, decode_curve=data["decode_curve"], decode_speedup=data["decode_speedup"],
-                   speedup_curve=data.get("speedup_curve", ()), local=data["store"] == "local", spread=spread_items)
+        costs = cls(**numbers, decode_curve=data["decode_curve"], decode_speedup=data["decode_speedup"],
+                    speedup_curve=data.get("speedup_curve", ()), local=data["store"] == "local", spread=spread_items)
+        _check_spread_holds(costs)
+        return costs
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write `to_dict` as JSON to ``path``."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Costs:
-        """The `Costs` saved at ``path`` (`save`): JSON that is not valid is an `AdviceInputError` naming it."""
+        """The `Costs` saved at ``path`` (`save`): a file that is not UTF-8 JSON (or nests too deep to parse) is
+        an `AdviceInputError` naming it."""
+        expected = f"expected {os.fspath(path)!r} to hold costs saved as JSON (Costs.save)"
         try:
-            data = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as err:
-            raise AdviceInputError(f"expected {os.fspath(path)!r} to hold costs saved as JSON (Costs.save). "
-                                   f"Got invalid JSON ({err}) instead.") from None
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as err:
+            raise AdviceInputError(f"{expected}. Got bytes that are not UTF-8 text (at byte {err.start}) "
+                                   "instead.") from None
+        except RecursionError:
+            raise AdviceInputError(f"{expected}. Got JSON nested too deep to parse instead.") from None
+        except ValueError as err:  # JSONDecodeError, and an integer of more digits than Python converts
+            raise AdviceInputError(f"{expected}. Got invalid JSON ({err}) instead.") from None
         return cls.from_dict(data)
 
 
@@ -317,6 +353,20 @@ def _spread(spread: Any) -> tuple[tuple[str, float, float], ...]:
     if len({name for name, _, _ in out}) < len(out):
         raise AdviceInputError(f"{expected}, each cost once. Got {out!r} instead.")
     return out
+
+
+def _check_spread_holds(costs: Costs) -> None:
+    """Each spread of loaded ``costs`` holds its cost, ``low <= cost <= high``: the probe's always do (the median
+    within its quartiles; a rate's ends from the timing's; the speedup's widened to hold its fitted point), so
+    one that does not is a hand edit or another cost's numbers, and would give a range beside its prediction.
+    A spread on a cost of 0 must start at 0: the probe clamps a cost measured below 0 to 0 and keeps the
+    repeats' high end, which is inert (a zero cost's term is zero at any factor). Costs built in code are not
+    held to this: tests draw spreads freely (`bounds` takes no spread to hold its cost)."""
+    for name, low, high in costs.spread:
+        value = costs.decode_speedup[-1][1] if name == "decode_speedup" else float(getattr(costs, name))
+        if not low <= value <= high:
+            raise AdviceInputError(f"expected costs spread of {name} holding its cost, low <= {value!r} <= high (a "
+                                   f"probe's quartiles hold the cost they measured). Got [{low!r}, {high!r}] instead.")
 
 
 def decode_rate(curve: Sequence[tuple[int, float]], chunk_bytes: float, default: float) -> float:

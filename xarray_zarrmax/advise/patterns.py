@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from xarray_zarrmax.advise.model import PointRead
-from xarray_zarrmax.advise.validate import is_real, is_whole, shown, whole_number, wrong_type
+from xarray_zarrmax.advise.validate import check_array, is_real, is_whole, shown, whole_number, wrong_type
 from xarray_zarrmax.core.geometry import Axis, Selection
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
 from xarray_zarrmax.tuning import (
@@ -81,7 +81,7 @@ class Batch:
             window[dim] = whole_number(f"Batch window[{dim!r}]", size, 1, what="a window length >= 1")
         object.__setattr__(self, "window", window)
 
-    def selections(self, dims: Sequence[Hashable], shape: Sequence[int]) -> list[dict[str, slice]]:
+    def selections(self, dims: Sequence[Hashable], shape: Sequence[int]) -> list[dict[Hashable, slice]]:
         """The windows over an array of ``dims`` and ``shape``, in the order they are read, as ``isel``
         dictionaries: ``[var.isel(s).values for s in batch.selections(var.dims, var.shape)]`` reads what
         the advisor costs.
@@ -92,9 +92,9 @@ class Batch:
             A window or position names a dimension the array does not have, or a position puts a window
             outside the array.
         """
-        names = [str(d) for d in dims]
-        boxes = _batch(self, names, [int(n) for n in shape], _time_dimension(names), "")
-        return [{d: slice(a.start, a.stop) for d, a in zip(names, box, strict=True)} for box in boxes]
+        dims, shape = check_array(shape, dims)
+        boxes = _batch(self, dims, shape, _time_dimension(dims), "")
+        return [{d: slice(a.start, a.stop) for d, a in zip(dims, box, strict=True)} for box in boxes]
 
 
 def _parse_positions(positions: Any) -> tuple[dict[str, int], ...] | None:
@@ -140,10 +140,7 @@ class Points:
         for dim, ix in self.indices.items():
             if not isinstance(dim, str):
                 raise wrong_type("Points indices' dimensions", "names (strings)", dim)
-            arr = np.asarray(ix) if not isinstance(ix, str | bytes | Mapping) else np.asarray(None)
-            if arr.ndim != 1 or arr.size == 0 or not (arr.dtype.kind in "iu" or all(is_whole(v) for v in arr)):
-                raise wrong_type(f"Points indices[{dim!r}]", "a non-empty list of whole numbers", ix)
-            parsed[dim] = arr.astype(np.int64)
+            parsed[dim] = _point_indices(dim, ix)
         counts = {d: a.size for d, a in parsed.items()}
         if len(set(counts.values())) > 1:
             raise AdviceInputError(f"expected Points indices of one length per dimension (one index each, per "
@@ -162,7 +159,7 @@ class Points:
         return len(next(iter(self.indices.values())))
 
     def isel(self, dims: Sequence[Hashable], shape: Sequence[int], name: str = "points",
-             variable: str = "") -> dict[str, np.ndarray | slice | int]:
+             variable: Hashable = "") -> dict[Hashable, np.ndarray | slice | int]:
         """The indexers, checked against an array of ``dims`` and ``shape``: per pointed dimension its
         indices (from 0 to n - 1), per dimension of ``box`` its slice or index. Wrap the arrays as
         ``xr.DataArray(a, dims="points")`` for vectorised indexing.
@@ -172,15 +169,15 @@ class Points:
         AdviceInputError
             A dimension the array does not have, an index outside its dimension, a box outside the array.
         """
-        names = [str(d) for d in dims]
-        check_selection(name, dict(self.box or {}), names, shape, variable)
-        out: dict[str, np.ndarray | slice | int] = {}
+        dims, shape = check_array(shape, dims)
+        check_selection(name, dict(self.box or {}), dims, shape, variable)
+        out: dict[Hashable, np.ndarray | slice | int] = {}
         for dim, given in self.indices.items():
             ix = np.asarray(given, dtype=np.int64)
-            if dim not in names:
+            if dim not in dims:
                 raise AdviceInputError(f"pattern {name!r} points along dimension {dim!r}, which variable "
-                                       f"{variable!r} does not have: its dimensions are {tuple(names)}")
-            n = int(shape[names.index(dim)])
+                                       f"{variable!r} does not have: its dimensions are {dims}")
+            n = shape[dims.index(dim)]
             bad = ix[(ix < -n) | (ix >= n)]
             if bad.size:
                 raise AdviceInputError(f"pattern {name!r}: expected point indices of dimension {dim!r} from {-n} to "
@@ -190,13 +187,43 @@ class Points:
         return out | dict(self.box or {})
 
 
+#: The range of a point index: an int64 (one beyond it would wrap, and a negative index reads from the end)
+INT64 = np.iinfo(np.int64)
+
+
+def _point_indices(dim: str, ix: Any) -> np.ndarray:
+    """One dimension's point indices as int64: a non-empty list of whole numbers, each within int64 as given (a
+    uint64 of 2**64 - 1 cast as it is becomes -1, the last element)."""
+    where, expected = f"Points indices[{dim!r}]", "a non-empty list of whole numbers"
+    try:
+        arr = np.asarray(None if isinstance(ix, str | bytes | Mapping) else ix)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.asarray(None)
+    if arr.ndim != 1 or arr.size == 0:
+        raise wrong_type(where, expected, ix)
+    if arr.dtype.kind == "i":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "u":
+        given: list[Any] = arr[arr > INT64.max][:1].tolist()
+    else:
+        # floats or objects (ints beyond 64 bits; [2**63 + 5, -1] becomes float64): each value as it was given
+        given = arr.tolist() if isinstance(ix, np.ndarray) else list(ix)
+        if not all(is_whole(v) for v in given):
+            raise wrong_type(where, expected, ix)
+    bad = next((v for v in given if not INT64.min <= v <= INT64.max), None)
+    if bad is not None:
+        raise AdviceInputError(f"expected {where} as whole numbers from {INT64.min} to {INT64.max} (int64). Got "
+                               f"{int(bad)} instead.")
+    return arr.astype(np.int64) if arr.dtype.kind == "u" else np.asarray([int(v) for v in given], dtype=np.int64)
+
+
 Boxes = Sequence[Mapping[Hashable, slice | int]]
 PatternSpec = float | tuple[float, Mapping[Hashable, slice | int] | Boxes | Points | Batch]
 
 
-def _time_dimension(dims: Sequence[str]) -> int:
+def _time_dimension(dims: Sequence[Hashable]) -> int:
     """The time dimension: named ``time``, ``t`` or ``*time*``, else the first. The others are the map's."""
-    names = [d.lower() for d in dims]
+    names = [str(d).lower() for d in dims]
     return next((i for i, n in enumerate(names) if n in ("time", "t") or "time" in n), 0)
 
 
@@ -214,18 +241,19 @@ def _centered(n: int, size: int) -> Axis:
     return Axis(start, start + size)
 
 
-def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape: Sequence[int],
-                       coords: Mapping[str, np.ndarray] | None = None, variable: str = "",
+def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[Hashable], shape: Sequence[int],
+                       coords: Mapping[Hashable, np.ndarray] | None = None, variable: Hashable = "",
                        batch: Batch = Batch()) -> list[Selection | PointRead]:
     """The selections one access pattern reads, in order: boxes, or for `Points` one `PointRead`.
 
     Raises
     ------
     ValueError
-        An unknown pattern name, or a user-defined selection of a dimension the variable does not have.
+        An unknown pattern name, a user-defined selection of a dimension the variable does not have, or
+        ``dims`` and ``shape`` that do not describe an array the advisor lays out (`validate.check_array`).
     """
     coords = coords or {}
-    shape = [int(n) for n in shape]
+    dims, shape = check_array(shape, dims)
     if isinstance(spec, tuple):
         return _own(name, spec[1], dims, shape, variable)
     if name not in KNOWN_PATTERNS:
@@ -250,8 +278,8 @@ def pattern_selections(name: str, spec: PatternSpec, dims: Sequence[str], shape:
     return list(_batch(batch, dims, shape, time, variable))
 
 
-def _own(name: str, what: Any, dims: Sequence[str], shape: Sequence[int],
-         variable: str) -> list[Selection | PointRead]:
+def _own(name: str, what: Any, dims: tuple[Hashable, ...], shape: tuple[int, ...],
+         variable: Hashable) -> list[Selection | PointRead]:
     """A pattern of the user's own: one box, a list of boxes, `Points` or a `Batch`."""
     if isinstance(what, Batch):
         return list(_batch(what, dims, shape, _time_dimension(dims), variable, name))
@@ -266,7 +294,7 @@ def _own(name: str, what: Any, dims: Sequence[str], shape: Sequence[int],
     return [check_selection(f"{name}[{i}]", box, dims, shape, variable) for i, box in enumerate(what)]
 
 
-def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, variable: str,
+def _batch(batch: Batch, dims: Sequence[Hashable], shape: Sequence[int], time: int, variable: Hashable,
            name: str = "random-batch") -> list[Selection]:
     """The batch's windows: at its positions, else drawn from its seed (seed 0: the windows before seeds)."""
     sizes = [BATCH_TIME if i == time else BATCH_SPACE for i in range(len(shape))]
@@ -290,8 +318,8 @@ def _batch(batch: Batch, dims: Sequence[str], shape: Sequence[int], time: int, v
     return windows
 
 
-def _placed(name: str, i: int, position: Mapping[str, int], dims: Sequence[str], shape: Sequence[int],
-            lengths: Sequence[int], variable: str) -> Selection:
+def _placed(name: str, i: int, position: Mapping[str, int], dims: Sequence[Hashable], shape: Sequence[int],
+            lengths: Sequence[int], variable: Hashable) -> Selection:
     """The window starting at ``position`` (0 along the dimensions it does not name), checked to fit."""
     starts = [0] * len(shape)
     for dim, start in position.items():
@@ -307,8 +335,8 @@ def _placed(name: str, i: int, position: Mapping[str, int], dims: Sequence[str],
     return tuple(Axis(s, s + n) for s, n in zip(starts, lengths, strict=True))
 
 
-def check_selection(name: str, selection: Any, dims: Sequence[str], shape: Sequence[int],
-                    variable: str = "") -> Selection:
+def check_selection(name: str, selection: Any, dims: Sequence[Hashable], shape: Sequence[int],
+                    variable: Hashable = "") -> Selection:
     """The box a pattern of the user's own reads, ``{dim: index or slice}`` (other dimensions whole), with
     each value checked against the variable: an index from -n to n - 1 (negative from the end, as NumPy), a
     slice of step 1 (or none) whose start and stop lie in -n to n and which selects at least one element.
@@ -329,7 +357,7 @@ def check_selection(name: str, selection: Any, dims: Sequence[str], shape: Seque
         if dim not in dims:
             raise AdviceInputError(f"pattern {name!r} selects dimension {dim!r}, which variable {variable!r} does "
                                    f"not have: its dimensions are {tuple(dims)}")
-        i = list(dims).index(str(dim))
+        i = list(dims).index(dim)
         n = int(shape[i])
         where = f"pattern {name!r}: expected"
         length = f"(variable {variable!r} has {n} elements along it)"
@@ -393,8 +421,12 @@ def parse_patterns(patterns: Any) -> dict[str, PatternSpec]:
         if not is_real(weight):
             raise AdviceTypeError(f"expected a positive weight for pattern {name!r}. Got {shown(weight, typed=True)} "
                                   "instead.")
-        if not math.isfinite(weight) or weight <= 0:
-            raise AdviceInputError(f"expected a positive weight for pattern {name!r}. Got {weight!r} instead.")
+        try:
+            value = float(weight)
+        except OverflowError:  # an int past a float's range
+            value = math.inf
+        if not math.isfinite(value) or value <= 0:
+            raise AdviceInputError(f"expected a positive weight for pattern {name!r}. Got {shown(weight)} instead.")
     return dict(patterns)
 
 
@@ -407,3 +439,14 @@ def _is_own(what: Any) -> bool:
 
 def weight(spec: PatternSpec) -> float:
     return float(spec[0] if isinstance(spec, tuple) else spec)
+
+
+def normalized(patterns: Mapping[str, PatternSpec]) -> tuple[dict[str, PatternSpec], int]:
+    """The mix with every weight times one power of two, the largest from 1 to 2, and that power's exponent
+    negated (what scales the weighted numbers back). Only the weights' ratios then decide: weights of 1e-320
+    each made every weighted time underflow (every layout scored 0, and another won); a power of two scales
+    every product and sum exactly, so for any weights whose times do not underflow nothing changes."""
+    exponent = math.frexp(max(weight(s) for s in patterns.values()))[1] - 1
+    out = {name: (math.ldexp(weight(s), -exponent), s[1]) if isinstance(s, tuple) else math.ldexp(weight(s), -exponent)
+           for name, s in patterns.items()}
+    return out, exponent

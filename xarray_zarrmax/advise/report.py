@@ -4,11 +4,21 @@ calibration they were costed under and how far the search went) and the constrai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from xarray_zarrmax.advise.model import Costs, Layout, Prediction, Reader, decode_rate
+from xarray_zarrmax.advise.model import (
+    Costs,
+    Layout,
+    Prediction,
+    Reader,
+    decode_rate,
+    object_count,
+    object_nbytes,
+    task_memory,
+)
 from xarray_zarrmax.advise.search import SearchOutcome
 from xarray_zarrmax.advise.validate import optional, whole_number
 
@@ -33,12 +43,46 @@ class Constraints:
             object.__setattr__(self, name, value)
 
 
+def nothing_meets(shape: Sequence[int], itemsize: int, ratio: float, task_bytes: int, constraints: Constraints,
+                  layouts: Sequence[Layout]) -> str:
+    """Why no layout is left: per constraint, the smallest value achievable by layouts meeting the others."""
+    measures = {
+        "task_memory_bytes": (lambda lay: task_memory(shape, lay, itemsize, ratio, task_bytes),
+                              "memory per task <= {:.3g} MB", "the smallest achievable is {:.3g} MB"),
+        "max_object_bytes": (lambda lay: object_nbytes(lay, itemsize, ratio), "objects of <= {:.3g} MB",
+                             "the smallest achievable is {:.3g} MB"),
+        "max_objects": (lambda lay: object_count(shape, lay), "<= {:g} objects", "the fewest achievable is {:g}"),
+    }
+    limits = {name: getattr(constraints, name) for name in measures if getattr(constraints, name) is not None}
+    problems = []
+    for name, limit in limits.items():
+        measure, wanted, achievable = measures[name]
+        scale = 1 if name == "max_objects" else MB
+        others = [lay for lay in layouts
+                  if all(measures[o][0](lay) <= v for o, v in limits.items() if o != name)]
+        if not others:
+            continue  # the others already rule out every layout: they are reported
+        best = min(others, key=lambda lay: (measure(lay), lay.shards is not None))  # ties: unsharded first
+        if measure(best) > limit:
+            given = " with the other constraints" if len(limits) > 1 else ""
+            problems.append(f"{wanted.format(limit / scale)} ({achievable.format(measure(best) / scale)}{given}, "
+                            f"chunks {best})")
+    why = ""
+    if "task_memory_bytes" in limits and task_bytes:
+        # small objects are grouped into tasks of about task_bytes with chunks={}: the floor of any layout's task
+        why = (f". With chunks={{}} a task groups objects smaller than half of task_bytes ({task_bytes / MB:.3g} MB) "
+               "into about that many bytes; set_config(task_bytes=...) or XARRAY_ZARRMAX_TASK_BYTES lowers it (0: "
+               "one task per object)")
+    return f"no candidate layout of {len(layouts)} meets every constraint: " + (
+        "; ".join(problems) or "the constraints together rule out every layout") + why
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One layout and what it is predicted to cost, per pattern and weighted."""
 
     layout: Layout
-    variables: tuple[str, ...]
+    variables: tuple[Hashable, ...]
     predictions: Mapping[str, Prediction]
     score: float  # sum of weight x predicted seconds
     object_bytes: int
@@ -50,17 +94,26 @@ class Candidate:
     tied: bool = False  # as fast as the best for some costs within their spread (`AdviceReport.tied`)
 
     @property
-    def encoding(self) -> dict[str, dict[str, tuple[int, ...]]]:
+    def encoding(self) -> dict[Hashable, dict[str, tuple[int, ...]]]:
         """Per data variable, ``{"chunks": ..., "shards": ...}`` for ``to_zarr(..., encoding=...)``."""
         return {name: self.layout.encoding() for name in self.variables}
+
+    def scaled(self, exponent: int) -> Candidate:
+        """The candidate with its weighted numbers (score, range, terms) times ``2**exponent``: exact, as a power of
+        two scales every product and sum of them exactly (where none underflows)."""
+        if exponent == 0:
+            return self
+        return replace(self, score=math.ldexp(self.score, exponent), low=math.ldexp(self.low, exponent),
+                       high=math.ldexp(self.high, exponent),
+                       terms={name: math.ldexp(t, exponent) for name, t in self.terms.items()})
 
 
 @dataclass(frozen=True, slots=True)
 class AdviceReport:
     """Candidate layouts ranked best first, with the calibration they were costed under."""
 
-    variable: str
-    dims: tuple[str, ...]
+    variable: Hashable
+    dims: tuple[Hashable, ...]
     shape: tuple[int, ...]
     patterns: Mapping[str, float]
     costs: Costs

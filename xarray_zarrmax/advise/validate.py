@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from xarray_zarrmax.errors import AdviceInputError, AdviceTypeError
@@ -77,6 +77,48 @@ def whole_number(argument: str, value: Any, minimum: int = 1, maximum: int | Non
     if value < minimum or (maximum is not None and value > maximum):
         raise wrong_value(argument, what, value)
     return int(value)
+
+
+SHAPE = "a sequence of whole lengths >= 1, one per dimension, e.g. (744, 181, 360)"
+ITEMSIZE = "a whole number of bytes >= 1 (the stored dtype's itemsize)"
+
+
+def check_shape(shape: Any, dims: tuple[Hashable, ...] | None = None) -> tuple[int, ...]:
+    """An array's ``shape`` as the advisor's lower-level entry points take it (`rank`, `search`,
+    `pattern_selections`, `candidate_layouts`): whole lengths >= 1, at least one (an empty dimension has no layout
+    to advise: ``advise`` refuses such a variable too). ``dims``, already checked, name the empty one."""
+    if isinstance(shape, str | bytes | Mapping) or not isinstance(shape, Iterable):
+        raise wrong_type("shape", SHAPE, shape)
+    lengths = tuple(shape)
+    if not all(is_whole(n) for n in lengths):
+        raise wrong_type("shape", SHAPE, shape)
+    if not lengths:
+        raise AdviceInputError(f"expected shape as {SHAPE}: the advisor lays out arrays of one dimension or more. "
+                               "Got () instead.")
+    empty = next((i for i, n in enumerate(lengths) if n < 1), None)
+    if empty is not None:
+        which = repr(dims[empty]) if dims is not None else str(empty)
+        raise AdviceInputError(f"expected shape as {SHAPE}: an empty dimension has no layout to advise. Got "
+                               f"{shown(lengths)} instead (dimension {which} has {lengths[empty]} elements).")
+    return tuple(int(n) for n in lengths)
+
+
+def check_array(shape: Any, dims: Any) -> tuple[tuple[Hashable, ...], tuple[int, ...]]:
+    """``dims`` and ``shape`` of one array: as many distinct names as `check_shape`'s lengths."""
+    expected = "a sequence of dimension names, one per length of shape, e.g. ('time', 'lat', 'lon')"
+    if isinstance(dims, str | bytes | Mapping) or not isinstance(dims, Iterable):
+        raise wrong_type("dims", expected, dims)
+    names = tuple(dims)
+    if not all(isinstance(d, Hashable) for d in names):
+        raise wrong_type("dims", expected, dims)
+    if isinstance(shape, Iterable) and not isinstance(shape, str | bytes | Mapping):
+        shape = tuple(shape)  # an iterator is read once, here
+        if len(shape) != len(names):
+            raise AdviceInputError(f"expected dims and shape of one length (a name per dimension). Got dims "
+                                   f"{shown(names)} and shape {shown(shape)} instead.")
+    if len(set(names)) < len(names):
+        raise AdviceInputError(f"expected dims as distinct names. Got {shown(names)} instead.")
+    return names, check_shape(shape, names)
 
 
 def optional(check: Callable[..., Any], argument: str, value: Any, *args: Any) -> Any:

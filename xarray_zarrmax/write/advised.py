@@ -66,7 +66,7 @@ def default_probe(store: Any) -> str | None:
 
 
 def advised_encoding(ds: Any, store: Any, patterns: Mapping[str, Any], advise_options: Mapping[str, Any] | None,
-                     storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, tuple[int, ...]]]:
+                     storage_options: Mapping[str, Any] | None) -> dict[Hashable, dict[str, tuple[int, ...]]]:
     """Run the advisor for ``ds`` written to ``store`` and return its best layout as a to_zarr encoding."""
     from xarray_zarrmax.advise.advisor import advise
     from xarray_zarrmax.core.redact import redact, secrets_in, url_secrets
@@ -91,6 +91,6 @@ def advised_encoding(ds: Any, store: Any, patterns: Mapping[str, Any], advise_op
         place = redact(place, (*url_secrets(place), *secrets_in(options.get("storage_options"))))
         probed = ("the costs given" if "costs" in options else f"costs probed at {place}"
                   if report.calibrated else "store not probed: a remote object store's costs assumed")
-        print(f"zarrmax: writing {', '.join(best.variables)} in chunks {best.layout} (advised for "
+        print(f"zarrmax: writing {', '.join(map(str, best.variables))} in chunks {best.layout} (advised for "
               f"{dict(report.patterns)}; {probed})", file=sys.stderr)
     return best.encoding

@@ -276,7 +276,7 @@ def _with_advised_layout(ds: Any, store: Any, sink: Sink, patterns: Mapping[str,
     before the store is probed."""
     _, names = advised_variables(ds, (advise_options or {}).get("variable"))
     prefix = f"{staging_args['group'].strip('/')}/" if staging_args.get("group") else ""
-    paths = frozenset(prefix + n for n in names)
+    paths = frozenset(prefix + str(n) for n in names)  # a name not a string: xarray refuses it in _staged
     staging, recorder = _staged(ds, sink, None, staging_args)
     existing = sorted(w.target.path for w in _array_writes(recorder, staging)
                       if w.target.path in paths and not w.target.fresh)
