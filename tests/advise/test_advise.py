@@ -580,8 +580,10 @@ def test_predict_adds_work_per_request_and_per_chunk() -> None:
 
 def test_probe_reader_measures_work_per_chunk_request_and_shard_index() -> None:
     work = probe_reader(np.random.default_rng(0).random(10_000).astype("f4"), chunks=256)
-    # Each is real work on this machine (microseconds, never nothing) and far below a millisecond.
-    assert 0 < work.chunk_s < 1e-3 and 0 < work.request_s < 1e-3 and 0 < work.index_s < 1e-3
+    # Far below a millisecond each. The request's and the index's are differences of timings, set to 0 when
+    # noise makes them negative (a CI run with two busy workers measured request_s 0.0): only the chunk's, 255
+    # more chunks decoded against one, is always real work.
+    assert 0 < work.chunk_s < 1e-3 and 0 <= work.request_s < 1e-3 and 0 <= work.index_s < 1e-3
     assert 0 < work.index_entry_s < 1e-6  # nanoseconds an entry
 
 
