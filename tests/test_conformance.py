@@ -3,6 +3,7 @@ on stale deliberate entries, and the routing sends engine="zarr" reads to zarrma
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from tests.conformance import routing
+from tests.conformance import routing, run
 from tests.conformance.run import Deliberate, compare, counts, load_deliberate, report
 
 
@@ -95,6 +96,37 @@ def test_counts_and_report():
     assert any(line.startswith("UNDECLARED: 1 tests") for line in lines)
     assert "  b: failed: AssertionError: not identical" in lines
     assert lines[-1].startswith("conformance FAILED: 1 undeclared differences")
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, tests: dict[str, dict]) -> list[str]:
+    """`run.run_engines` replaced: each engine's report written from ``tests`` (no pytest); the engines run."""
+    ran: list[str] = []
+
+    def run_engines(engines, out, extra, jobs):
+        for engine in engines:
+            ran.append(engine)
+            (out / f"{engine}.json").write_text(json.dumps({"tests": tests[engine], "collect_errors": []}))
+            (out / f"{engine}.log").write_text("1 passed")
+        return {engine: (0, 1.0) for engine in engines}
+
+    monkeypatch.setattr(run, "run_engines", run_engines)
+    return ran
+
+
+def test_only_one_engine_runs_and_is_compared_with_the_others_report(tmp_path, monkeypatch, capsys):
+    """``--only zarrmax`` reruns zarrmax alone against the control kept from an earlier run; without that
+    report it fails saying so."""
+    ran = _fake_runs(monkeypatch, {"zarr": CONTROL, "zarrmax": ZARRMAX})
+    deliberate = tmp_path / "deliberate.toml"
+    deliberate.write_text('[[deliberate]]\ntests = ["b", "c*"]\nreason = "x"\n')
+    args = ["--out", str(tmp_path), "--deliberate", str(deliberate)]
+    assert run.main([*args, "--only", "zarrmax"]) == 1
+    assert ran == ["zarrmax"]
+    assert f"conformance FAILED: no report {tmp_path / 'zarr.json'} (--only runs one engine" in capsys.readouterr().out
+    assert run.main(args) == 0 and ran == ["zarrmax", "zarr", "zarrmax"]
+    (tmp_path / "zarrmax.json").write_text("stale: --only rewrites it")
+    assert run.main([*args, "--only", "zarrmax"]) == 0 and ran[-1] == "zarrmax" and len(ran) == 4
+    assert capsys.readouterr().out.splitlines()[-1].startswith("conformance OK")
 
 
 def test_the_deliberate_list_parses_and_gives_every_entry_a_reason():

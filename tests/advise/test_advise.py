@@ -311,9 +311,17 @@ def test_compressed_edge_chunks_count_at_their_inside_fraction(tmp_path: Path,
 GEOS = (5136, 721, 1152)  # seed 001's GEOS-FP cube (time, lat, lon)
 
 
-@pytest.mark.parametrize("max_object_mb", [None, 4, 64])
-@pytest.mark.parametrize("max_objects", [None, 10_000, 1_000_000])
-@pytest.mark.parametrize("budget_mb", [None, 32, 512])
+def _pairwise(*levels: list) -> list[tuple]:
+    """Of the combinations of three lists of three values, 9 that hold every pair of values of any two (an
+    orthogonal array L9): each constraint meets each value of every other, in a third of the searches."""
+    assert len(levels) == 3 and all(len(v) == 3 for v in levels)
+    return [(levels[0][i], levels[1][j], levels[2][(i + j) % 3]) for i in range(3) for j in range(3)]
+
+
+# Not all 27: each is a search of GEOS-FP's grid, 270 s of a CI run in all. Constraints that only conflict
+# together: `test_constraints_that_only_conflict_together`
+@pytest.mark.parametrize(("max_object_mb", "max_objects", "budget_mb"),
+                         _pairwise([None, 4, 64], [None, 10_000, 1_000_000], [None, 32, 512]))
 def test_search_honours_every_constraint(max_object_mb: int | None, max_objects: int | None,
                                          budget_mb: int | None) -> None:
     costs = Costs(ratio=0.5)

@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, choices=(1, 2), default=2 if (os.cpu_count() or 1) > 1 else 1,
                         help="run the two engines one after the other (1) or at once (2, the default with 2 cores "
                         "or more: each run is mostly one busy thread)")
+    parser.add_argument("--only", choices=ENGINES,
+                        help="run this engine's tests alone and compare with the other's report already in --out "
+                        "(after a fix, rerun zarrmax against the control of an earlier run)")
     parser.add_argument("--compare-only", action="store_true",
                         help="compare the reports already in --out without running pytest")
     args, extra = parser.parse_known_args(argv)
@@ -256,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     durations: dict[str, float] = {}
     if not args.compare_only:
-        for engine in ENGINES:
+        engines = [args.only] if args.only else list(ENGINES)
+        for engine in engines:
             (args.out / f"{engine}.json").unlink(missing_ok=True)
-        finished = run_engines(list(ENGINES), args.out, extra, args.jobs)
-        for engine in ENGINES:
+        finished = run_engines(engines, args.out, extra, args.jobs)
+        for engine in engines:
             code, seconds = finished[engine]
             durations[engine] = seconds
             tail = (args.out / f"{engine}.log").read_text(errors="replace").strip().splitlines()[-1:]
@@ -271,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     for engine in ENGINES:
         path = args.out / f"{engine}.json"
         if not path.is_file():
-            print(f"conformance FAILED: no report {path}")
+            why = " (--only runs one engine: the other's report must be there from an earlier run)" if args.only else ""
+            print(f"conformance FAILED: no report {path}{why}")
             return 1
         reports[engine] = json.loads(path.read_text())
         if reports[engine]["collect_errors"]:
