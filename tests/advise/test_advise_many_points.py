@@ -11,7 +11,7 @@ import numpy as np
 import xarray as xr
 
 from xarray_zarrmax.advise import Costs, Points, advise
-from xarray_zarrmax.advise.counting import _distinct_rows
+from xarray_zarrmax.advise.counting import _distinct_cells
 from xarray_zarrmax.advise.ranged import _point_chunks
 
 
@@ -50,12 +50,12 @@ def test_a_points_chunks_are_worked_out_per_distinct_chunk_lengths_as_per_layout
             tuple(int(x) for x in e) for e in expected]
 
 
-def test_distinct_rows_are_numpys_whether_or_not_their_codes_fit_in_63_bits():
+def test_distinct_cells_are_numpys_whether_or_not_their_codes_fit_in_63_bits():
     rng = np.random.default_rng(4)
     for grid in ([7], [5, 9], [3, 4, 2], [2**40, 2**30]):
         g = np.asarray(grid, dtype=np.int64)
         ids = np.stack([rng.integers(0, n, 200) for n in grid], axis=1)
         ids[::3] = ids[1::3][: len(ids[::3])] if len(ids) > 3 else ids[::3]  # repeats
-        found = _distinct_rows(ids, g)
+        found = _distinct_cells(ids, g)
         assert found.dtype == np.int64
         np.testing.assert_array_equal(found, np.unique(ids, axis=0))

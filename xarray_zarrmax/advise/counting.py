@@ -418,7 +418,7 @@ def _tally(entries: Iterable[_Entry], layout: Layout, itemsize: int, chunk_enc: 
                       indexes * per_index)
 
 
-def _distinct_rows(ids: np.ndarray, grid: np.ndarray) -> np.ndarray:
+def _distinct_cells(ids: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """The distinct rows of ``ids`` (``(n, m)``, each column below ``grid``'s), sorted as ``np.unique(axis=0)``
     sorts them: by one C-order code a row where the grid's cells fit in 63 bits (a 1-D unique, 10x faster on
     10^5 points than ``axis=0``'s)."""
@@ -440,7 +440,7 @@ def _count_points(read: PointRead, shape: Sequence[int], itemsize: int, layout: 
     per = np.asarray(layout.outer, dtype=np.int64) // inner
     if read.points.shape[0] == 0:
         return ReadCounts()
-    chunk_ids = _distinct_rows(read.points // inner[pointed], -(-np.asarray(shape)[pointed] // inner[pointed]))
+    chunk_ids = _distinct_cells(read.points // inner[pointed], -(-np.asarray(shape)[pointed] // inner[pointed]))
     object_ids = chunk_ids // per[pointed]
     order = np.lexsort(object_ids.T[::-1])
     chunk_ids, object_ids = chunk_ids[order], object_ids[order]
