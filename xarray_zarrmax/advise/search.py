@@ -368,8 +368,8 @@ _LISTING, _BATCH = 512, 4096
 
 #: Entries of the queue the first phase takes up a level at once, at most (chunk shapes listed, blocks of the
 #: levels `_GATHERED`: bounds of a few microseconds a layout, where a numpy call per entry was most of the time).
-#: Measured on the seven 4-D searches over 2 s: 1.3x on full-scan, 1.4x on forecast-desk on MinIO
-#: (docs/dev/advise.md, Search time); gathering `PAIRWISE` too took 3x as many layouts to `SAMPLED` on forecast-desk
+#: Measured on the seven 4-D searches that took over 2 s: 1.28-1.52x (docs/dev/advise.md, Search time). Gathering
+#: `PAIRWISE` too took 3x as many layouts to `SAMPLED` on forecast-desk under `Costs()`, and 1.5x as long
 _GATHER = 64
 _GATHERED = (LISTED, QUICK)
 
