@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from xarray_zarrmax.advise import ranged
 from xarray_zarrmax.advise.counting import _stored_layout, coalesced_runs, count_read
 from xarray_zarrmax.advise.model import Layout, PointRead, Reader
 from xarray_zarrmax.advise.morton import box_offsets
@@ -71,10 +72,12 @@ def _random_sharded(rng: np.random.Generator, min_ndim: int,
 
 
 def _brute(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ...], windows: list[tuple[slice, ...]],
-           enc: int, compressed: bool, fraction: float, gap: int, several: bool = False) -> tuple[int, int]:
+           enc: int, compressed: bool, fraction: float, gap: int, several: bool = False,
+           max_objects: int = 1 << 62) -> tuple[int, int]:
     """Per window and shard it reads by ranges (fewer than ``fraction`` of its chunks touched, or, ``several``, a
-    shard an earlier window touched: its index cached), the requests beyond the first and the bytes between its
-    chunks, as the model counts them (`coalesced_runs` of the shard laid out whole)."""
+    shard an earlier window touched: its index cached, where both touch at most ``max_objects`` shards), the
+    requests beyond the first and the bytes between its chunks, as the model counts them (`coalesced_runs` of the
+    shard laid out whole)."""
     per = [o // c for o, c in zip(outer, chunks, strict=True)]
     extra_requests = extra_bytes = 0
     seen: set[tuple[int, ...]] = set()
@@ -82,14 +85,16 @@ def _brute(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ..
         first = [s.start // c for s, c in zip(window, chunks, strict=True)]
         last = [(s.stop - 1) // c for s, c in zip(window, chunks, strict=True)]
         shards = [range(f // k, la // k + 1) for f, la, k in zip(first, last, per, strict=True)]
+        small = math.prod(len(r) for r in shards) <= max_objects  # else costed whole: the cache left alone
         for shard in itertools.product(*shards):
             extents = tuple(min(o, n - i * o) for i, o, n in zip(shard, outer, shape, strict=True))
             rank, sizes = _stored_layout(tuple(per), extents, chunks, enc, compressed)
             box = tuple(slice(max(f, i * k) - i * k, min(la, i * k + k - 1) - i * k + 1)
                         for f, la, i, k in zip(first, last, shard, per, strict=True))
             touched = rank[box].ravel()
-            cached = several and shard in seen
-            seen.add(shard)
+            cached = several and small and shard in seen
+            if small:
+                seen.add(shard)
             if touched.size >= fraction * math.prod(per) and not cached:
                 continue  # read whole at its first touch: not counted
             runs, nbytes = coalesced_runs(touched, sizes, gap)
@@ -132,6 +137,47 @@ def test_ranged_runs_are_at_most_the_models_and_exact_where_chunk_sizes_are(seed
         assert requests <= want_requests and nbytes <= want_bytes + 1e-6, (shape, chunks, outer, windows)
         if not compressed or even:
             assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, windows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("max_objects", [3, 10, 1 << 30])
+def test_a_batch_of_maps_counts_each_shard_it_crosses(seed: int, max_objects: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of maps (each window whole along some dimensions, one index along the others, some read again)
+    crosses the same shards along its whole dimensions: the shards inside that range are counted as one, times
+    their number. Each still counts as a shard of its own: its index cached once an earlier window touched it,
+    and a window touching more than `tuning.MAX_WINDOW_OBJECTS` shards (here made small) costed whole, its
+    shards neither found nor kept in the cache. Exact against the model where chunk sizes are known."""
+    monkeypatch.setattr(ranged, "MAX_WINDOW_OBJECTS", max_objects)
+    rng = np.random.default_rng(700 + seed)
+    counted = 0
+    for _ in range(30):
+        shape, chunks, per, outer, even = _random_sharded(rng, 2, 40)
+        whole = rng.uniform(size=len(shape)) < 0.6  # the dimensions each map spans
+        windows = []
+        for _ in range(int(rng.integers(2, 6))):
+            at = [int(rng.integers(0, n)) for n in shape]
+            windows.append(tuple(slice(0, n) if w else slice(a, a + 1) for n, w, a in zip(shape, whole, at,
+                                                                                          strict=True)))
+        windows += windows[:int(rng.integers(0, len(windows) + 1))]
+        enc, compressed = int(rng.choice([3, 100, 4096])), bool(rng.integers(0, 2))
+        fraction, gap = float(rng.choice([0.5, 1.0])), int(rng.choice([0, 150, 5000]))
+        want_requests, want_bytes = _brute(shape, chunks, outer, windows, enc, compressed, fraction, gap, True,
+                                           max_objects)
+        found = ranged_runs(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
+                            np.asarray([float(math.prod(per))]),
+                            np.asarray([[w.start for w in win] for win in windows]),
+                            np.asarray([[w.stop for w in win] for win in windows]),
+                            np.asarray([float(enc)]), compressed, fraction, gap, False, 4, several=True)
+        if found.rows.size == 0:
+            continue
+        counted += 1
+        requests, nbytes = float(found.requests[0]), float(found.gap_bytes[0])
+        where = (shape, chunks, outer, windows, enc, compressed, fraction, gap)
+        assert requests <= want_requests and nbytes <= want_bytes + 1e-6, where
+        if not compressed or even:
+            assert (requests, nbytes) == (want_requests, pytest.approx(want_bytes)), where
+    assert counted >= 10
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -185,17 +185,34 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     per = outer // chunks  # (k, ndim): a shard's chunks along each dimension
     low = first // per[box_row]  # (boxes, ndim): the first and last shard touched along each dimension
     shards = (first + span - 1) // per[box_row] - low + 1
-    count = np.prod(shards, axis=1)  # shards each box touches
+    # The shards a box crosses strictly inside its range along a dimension are read alike (every chunk along it,
+    # none at the array's edge): one stands for them all, counted as many times. Only where it still tells reads
+    # apart: along a dimension where every box of the layout crosses the same shards (a pointwise read's boxes
+    # along the dimensions not pointed; a batch's maps along a whole dimension), so that the reads of one
+    # group, and a later group finding an earlier one's shard (``several``: its index cached), are alike in each
+    # of them; or anywhere when each group is a box of its own and none finds another's shards
+    alike = np.ones(shards.shape, dtype=bool)
+    if (several or layouts.index_bytes is not None) and box_row.size:
+        new_layout = np.r_[True, box_row[1:] != box_row[:-1]]  # (box_row ascends)
+        begins, owner = np.flatnonzero(new_layout), np.cumsum(new_layout) - 1
+        for ends in (low, low + shards):
+            alike &= (np.minimum.reduceat(ends, begins, axis=0) == np.maximum.reduceat(ends, begins, axis=0))[owner]
+    kinds = np.where(alike & (shards > 2), 3, shards)
+    count = np.prod(kinds, axis=1)  # shards (or kinds of shard) each box touches
     box = np.repeat(np.arange(box_row.size), count)
     row = box_row[box]
     digits = np.arange(box.size) - np.repeat(np.cumsum(count) - count, count)
     lo, length, stored, grid = (np.empty((box.size, ndim), dtype=np.int64) for _ in range(4))
     last = np.ones((box.size, ndim))  # the fraction inside the array of the shard's last chunk along each
     shard = np.zeros(box.size, dtype=np.int64)  # the shard's place in the grid of shards
+    weight = np.ones(box.size)  # the shards each stands for
     for d in range(ndim - 1, -1, -1):
-        along = shards[box, d]
-        o = low[box, d] + digits % along  # the shard along d
+        along, crossed = kinds[box, d], shards[box, d]
+        kind = digits % along
         digits //= along
+        squeezed = along < crossed  # first, inside (standing for crossed - 2), last
+        o = low[box, d] + np.where(squeezed & (kind == 2), crossed - 1, kind)  # the shard along d
+        weight *= np.where(squeezed & (kind == 1), crossed - 2, 1)
         k_d, c, n = per[row, d], chunks[row, d], int(shape[d])
         begin = o * k_d
         start = np.maximum(first[box, d], begin)
@@ -209,6 +226,7 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     # one read per (group, shard): its boxes together
     order = np.lexsort((shard, group[box]))
     lo, length, stored, grid, last, row = lo[order], length[order], stored[order], grid[order], last[order], row[order]
+    weight = weight[order]
     key_group, key_shard = group[box][order], shard[order]
     starts_read = np.ones(order.size, dtype=bool)
     starts_read[1:] = (key_group[1:] != key_group[:-1]) | (key_shard[1:] != key_shard[:-1])
@@ -216,15 +234,15 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     cells = np.prod(length, axis=1)
     pieces = np.bincount(read, weights=cells)  # chunks touched in each read
     # by ranges, whether or not its index is cached; one chunk has no gap
-    read_layout = row[starts_read]
+    read_layout, read_weight = row[starts_read], weight[starts_read]  # a read's boxes stand for as many shards
     ranged = pieces < layouts.fraction * layouts.per_object[read_layout]
     by_ranges, whole_extra, whole_parts = np.zeros((3, k))
     if layouts.index_bytes is not None:  # no index cached (a pointwise read): each read by ranges or whole
-        by_ranges = np.bincount(read_layout[ranged], minlength=k).astype(np.float64)
-        whole_extra, whole_parts = _whole(layouts, ~ranged, read_layout, read, stored[starts_read],
+        by_ranges = np.bincount(read_layout[ranged], weights=read_weight[ranged], minlength=k)
+        whole_extra, whole_parts = _whole(layouts, ~ranged, read_layout, read_weight, read, stored[starts_read],
                                           last[starts_read], pieces, lo, length, stored, last, k)
     if several:  # and a shard touched again (its index cached) by ranges, however many of its chunks
-        ranged = ranged | _touched_again(read_layout, key_group[starts_read], key_shard[starts_read])
+        ranged = ranged | _touched_again(read_layout, key_group[starts_read], key_shard[starts_read], read_weight)
     keep = (ranged & (pieces > 1))[read] & (True if gapped is None else gapped[row])
     if not keep.any():  # no read by ranges of more than one chunk: no gap to count
         return np.zeros(k), np.zeros(k), by_ranges, whole_extra, whole_parts
@@ -256,20 +274,21 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     if layouts.local:  # read in capped pieces: no more bytes known to be read
         decoded = layouts.itemsize * np.prod(chunks.astype(np.float64), axis=1)
         merged &= (pieces[cell_read] * decoded[cell_row] < STREAM_BYTES)
-    requests = np.bincount(cell_row[unmerged], minlength=k).astype(np.float64)
-    gap_bytes = np.bincount(cell_row[merged], weights=least[merged], minlength=k)
+    cell_weight = read_weight[cell_read]
+    requests = np.bincount(cell_row[unmerged], weights=cell_weight[unmerged], minlength=k)
+    gap_bytes = np.bincount(cell_row[merged], weights=least[merged] * cell_weight[merged], minlength=k)
     return requests, gap_bytes, by_ranges, whole_extra, whole_parts
 
 
-def _touched_again(layout: np.ndarray, group: np.ndarray, shard: np.ndarray) -> np.ndarray:
+def _touched_again(layout: np.ndarray, group: np.ndarray, shard: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Per read (of a ``group`` from a ``shard``, sorted by group then shard; a layout's groups in the order they
     are read), whether its shard's index is cached (`counting._count_selection`): an earlier group of its layout
     touched the shard, and both touch at most `tuning.MAX_WINDOW_OBJECTS` shards (a larger one is costed as a
-    whole, neither using nor filling the cache)."""
+    whole, neither using nor filling the cache); ``weight``: the shards each read stands for (`_runs`)."""
     new_group = np.ones(group.size, dtype=bool)
     new_group[1:] = group[1:] != group[:-1]
     number = np.cumsum(new_group) - 1
-    small = (np.bincount(number) <= MAX_WINDOW_OBJECTS)[number]
+    small = (np.bincount(number, weights=weight) <= MAX_WINDOW_OBJECTS)[number]
     order = np.lexsort((group, shard, layout))  # per (layout, shard), its reads in order
     fills = small[order].astype(np.int64)
     new_run = np.ones(order.size, dtype=bool)
@@ -281,9 +300,9 @@ def _touched_again(layout: np.ndarray, group: np.ndarray, shard: np.ndarray) -> 
     return cached
 
 
-def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read: np.ndarray, held: np.ndarray,
-           held_last: np.ndarray, pieces: np.ndarray, lo: np.ndarray, length: np.ndarray, stored: np.ndarray,
-           last: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read_weight: np.ndarray, read: np.ndarray,
+           held: np.ndarray, held_last: np.ndarray, pieces: np.ndarray, lo: np.ndarray, length: np.ndarray,
+           stored: np.ndarray, last: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per layout, of the reads ``whole`` (of a whole shard: ``held``/``held_last`` its stored chunks and their
     last one's fraction along each dimension; ``pieces`` its chunks touched; each box's ``read``, ``lo``,
     ``length``, ``stored`` and ``last``): the bytes at least of its chunks not touched, and its parts beyond one
@@ -306,5 +325,6 @@ def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read: 
                          extra)
         nbytes = np.where(partial, np.maximum(chunks, enc * fraction - 0.5 * chunks), nbytes)
     parts = np.ceil((nbytes + layouts.index_bytes[read_layout[whole]]) / max(1, layouts.split_size)) - 1
-    return (np.bincount(read_layout[whole], weights=np.maximum(extra, 0.0), minlength=k),
-            np.bincount(read_layout[whole], weights=parts, minlength=k))
+    times = read_weight[whole]
+    return (np.bincount(read_layout[whole], weights=np.maximum(extra, 0.0) * times, minlength=k),
+            np.bincount(read_layout[whole], weights=parts * times, minlength=k))
