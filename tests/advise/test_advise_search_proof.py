@@ -119,34 +119,6 @@ def test_every_bound_is_below_the_prediction_term_by_term(seed: int) -> None:
         assert key <= min(predicted[layout].score, predicted[layout].low) * (1 + 1e-9) + 1e-15
 
 
-def test_the_listed_bound_waits_for_each_later_windows_index_as_the_quick_one_does() -> None:
-    """A batch whose windows each read a shard of their own by ranges waits for each one's index: the bound of
-    every sharding listed (`LISTED`, `sharded_floor`) counts those round trips as `QUICK` does, not the first
-    window's alone. Was: it took one, so 107,000 layouts of the 4-D random batch on MinIO went on to `QUICK`,
-    which then ruled out 96% of them (83,600 now)."""
-    shape, dims = (64, 32, 32), ("time", "lat", "lon")
-    costs, reader = Costs(latency_s=0.02), Reader(full_shard_fraction=0.5, concurrency=16)
-    # four windows of one chunk each, 16 time steps apart: shards of 8 x 2 x 2 chunks of 1 x 8 x 8
-    positions = [{"time": t, "lat": 0, "lon": 0} for t in (0, 16, 32, 48)]
-    mix = {"batch": (1.0, Batch(window={"time": 1, "lat": 8, "lon": 8}, positions=positions))}
-    patterns = parse_patterns(mix)
-    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
-    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
-    layout = Layout((1, 8, 8), (8, 16, 16))
-    chunks, outer, sharded, per_object = _rows([layout])
-    whole = np.asarray([shape])
-    any_sharding = bounds.terms(chunks, whole, np.ones(1, dtype=bool), np.ones(1), QUICK)
-    which = np.argmax(multiples(chunks, shape) == (outer // chunks)[:, :, None], axis=2)
-    listed = bounds.sharded_floor(any_sharding, chunks, np.zeros(1, dtype=np.int64), which)[0]
-    quick = bounds.terms(chunks, outer, sharded, per_object, QUICK)[0]
-    latency = TERMS.index("latency_s")
-    # a round trip each window, and each waits for its shard's index first
-    assert listed[latency] == pytest.approx(8 * 0.02)
-    assert quick[latency] == pytest.approx(8 * 0.02)
-    predicted = rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=[layout])[0]
-    assert predicted.terms["latency_s"] >= listed[latency] * (1 - 1e-9)
-
-
 @pytest.mark.parametrize("local", [False, True])
 def test_could_tie_agrees_with_the_models_tie_on_exact_terms(local: bool) -> None:
     """On a layout's own terms (its transfer under the rate the model charged it), `could_tie` is the model's

@@ -18,8 +18,7 @@ from xarray_zarrmax.core.geometry import Selection
 from xarray_zarrmax.tuning import JOB_BYTES
 
 #: `SearchBounds`' levels of bound, each higher and slower than the one before. LISTED: a sharded layout as its chunk
-#: shape's bound of every sharding, raised by its own shards' objects, indexes and index waits
-#: (`SearchBounds.sharded_floor`).
+#: shape's bound of every sharding, raised by its own shards' objects and indexes (`SearchBounds.sharded_floor`).
 #: QUICK: objects counted in the first `_QUICK` selections of each pattern alone (one each for the rest), the
 #: bandwidth taken at its most, a selection taken as finding no index cached only when it is the first or its
 #: shards are apart from every earlier one's (`_fresh`). PAIRWISE: every selection, each shard's index cached from
@@ -133,8 +132,7 @@ class SearchBounds:
         count times the product of each dimension's geometric mean over them (AM-GM), and their most (shards
         whose index is parsed, each its entries and bytes) at least that product, and a round trip each
         `Reader.concurrency` of them; the first selection, when it reads its first shard by ranges, waits for the
-        shard's index (a round trip), and so does each later one of the first `_QUICK` whose shards are apart from
-        every earlier one's along a dimension (`_later_waits`). ``owner``: each layout's row
+        shard's index (a round trip). ``owner``: each layout's row
         of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per shard are."""
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         picked = np.take_along_axis(table[owner], which[:, :, None], axis=2)[:, :, 0]
@@ -155,14 +153,13 @@ class SearchBounds:
                 # the first selection's chunks in its first object along d
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
                 corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
-            waits[:, p] += self._later_waits(chunks, owner, which, pattern)
             mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
             requests[:, p] = np.maximum(windows, windows * mean)
             indexes[:, p] = np.maximum(1.0, mean)
             # a wave of round trips per `concurrency` objects (`floor` took one a selection)
             waves[:, p] = np.maximum(0.0, np.ceil(requests[:, p] / max(1, self.reader.concurrency) - 1e-9) - windows)
             if not pattern.pointed[0].any():  # the first selection finds no index cached: by ranges, it waits
-                waits[:, p] += corner < self.reader.full_shard_fraction * per_object
+                waits[:, p] = corner < self.reader.full_shard_fraction * per_object
         weights = np.asarray([pattern.weight for pattern in self.patterns])
         costs = self.costs
         rows[:, 0] += (waits + waves) @ weights * costs.latency_s
@@ -174,34 +171,6 @@ class SearchBounds:
         most = min(costs.request_bps * max(1, self.reader.concurrency), costs.aggregate_bps)
         rows[:, 8] += indexes @ weights * 16 * (per_object - 1) / most
         return rows
-
-    def _later_waits(self, chunks: np.ndarray, owner: np.ndarray, which: np.ndarray, pattern: _Pattern) -> np.ndarray:
-        """Per layout (``chunks``, ``owner`` and ``which`` as `sharded_floor`'s), the selections after the first of
-        the first `_QUICK` that wait for an index, as `terms` counts them at `QUICK` (`_fresh`), or fewer: along
-        one dimension their objects are apart from every earlier one's, and along one their corner object holds
-        fewer than ``full_shard_fraction`` of its chunks there (so of all its chunks: read by ranges). Per
-        dimension, bits over the selections worked out per chunk length and multiple, then one OR a layout. None
-        where a selection points (its corner is its points')."""
-        quick = min(pattern.starts.shape[0], _QUICK)
-        if quick < 2 or pattern.pointed[:quick].any():
-            return np.zeros(owner.size)
-        bit = np.left_shift(1, np.arange(quick, dtype=np.int64))
-        earlier = np.tri(quick, k=-1, dtype=bool)  # (later, earlier)
-        apart, by_ranges = np.zeros((2, owner.size), dtype=np.int64)
-        for d in range(self.shape.size):
-            lengths, at = np.unique(chunks[:, d], return_inverse=True)
-            per = multiples(lengths[:, None], [int(self.shape[d])])[:, 0, :, None]  # (lengths, 4, 1)
-            c = lengths[:, None, None]
-            first, last = pattern.starts[None, None, :quick, d] // c, (pattern.stops[None, None, :quick, d] - 1) // c
-            low, high = first // per, last // per  # (lengths, 4, quick): each selection's objects along d
-            alone = ((low[:, :, :, None] > high[:, :, None, :]) | (high[:, :, :, None] < low[:, :, None, :])
-                     | ~earlier).all(axis=3)
-            few = np.minimum(last, (low + 1) * per - 1) - first + 1 < self.reader.full_shard_fraction * per
-            # both as bits of one word: apart in the low `quick`, by ranges above
-            words = ((alone * bit).sum(axis=2) | ((few * bit).sum(axis=2) << quick))[at.ravel()[owner], which[:, d]]
-            apart |= words & ((1 << quick) - 1)
-            by_ranges |= words >> quick
-        return np.bitwise_count(apart & by_ranges & ~1).astype(np.float64)
 
     def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray,
                     pattern: _Pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
