@@ -15,7 +15,7 @@ from xarray_zarrmax.advise import ranged
 from xarray_zarrmax.advise.counting import _stored_layout, coalesced_runs, count_read
 from xarray_zarrmax.advise.model import Layout, PointRead, Reader
 from xarray_zarrmax.advise.morton import box_offsets
-from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
+from xarray_zarrmax.advise.ranged import Ranged, ranged_points, ranged_runs
 from xarray_zarrmax.core.geometry import Axis
 from xarray_zarrmax.tuning import STREAM_BYTES
 
@@ -103,6 +103,16 @@ def _brute(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ..
     return extra_requests, extra_bytes
 
 
+def _ranged_of_one(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple[int, ...], per: tuple[int, ...],
+                   windows: list[tuple[slice, ...]], enc: int, compressed: bool, fraction: float, gap: int,
+                   several: bool) -> Ranged:
+    """`ranged_runs` of one layout (a remote read of itemsize 4) for ``windows``."""
+    return ranged_runs(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
+                       np.asarray([float(math.prod(per))]), np.asarray([[w.start for w in win] for win in windows]),
+                       np.asarray([[w.stop for w in win] for win in windows]),
+                       np.asarray([float(enc)]), compressed, fraction, gap, False, 4, several=several)
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("compressed", [True, False])
 @pytest.mark.parametrize("several", [False, True])
@@ -126,11 +136,7 @@ def test_ranged_runs_are_at_most_the_models_and_exact_where_chunk_sizes_are(seed
         fraction, gap = float(rng.choice([0.25, 0.5, 1.0])), int(rng.choice([0, 1, 150, 5000]))
         windows += windows[:int(rng.integers(0, len(windows) + 1))]  # read again
         want_requests, want_bytes = _brute(shape, chunks, outer, windows, enc, compressed, fraction, gap, several)
-        found = ranged_runs(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
-                            np.asarray([float(math.prod(per))]),
-                            np.asarray([[w.start for w in win] for win in windows]),
-                            np.asarray([[w.stop for w in win] for win in windows]),
-                            np.asarray([float(enc)]), compressed, fraction, gap, False, 4, several=several)
+        found = _ranged_of_one(shape, chunks, outer, per, windows, enc, compressed, fraction, gap, several)
         if found.rows.size == 0:
             continue  # more chunks than it counts: left to the lower bounds
         requests, nbytes = float(found.requests[0]), float(found.gap_bytes[0])
@@ -164,11 +170,7 @@ def test_a_batch_of_maps_counts_each_shard_it_crosses(seed: int, max_objects: in
         fraction, gap = float(rng.choice([0.5, 1.0])), int(rng.choice([0, 150, 5000]))
         want_requests, want_bytes = _brute(shape, chunks, outer, windows, enc, compressed, fraction, gap, True,
                                            max_objects)
-        found = ranged_runs(np.asarray(shape), np.asarray([chunks]), np.asarray([outer]),
-                            np.asarray([float(math.prod(per))]),
-                            np.asarray([[w.start for w in win] for win in windows]),
-                            np.asarray([[w.stop for w in win] for win in windows]),
-                            np.asarray([float(enc)]), compressed, fraction, gap, False, 4, several=True)
+        found = _ranged_of_one(shape, chunks, outer, per, windows, enc, compressed, fraction, gap, True)
         if found.rows.size == 0:
             continue
         counted += 1
