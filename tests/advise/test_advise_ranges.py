@@ -182,6 +182,56 @@ def test_a_batch_of_maps_counts_each_shard_it_crosses(seed: int, max_objects: in
     assert counted >= 10
 
 
+def _counts_of(kind: str, rows: np.ndarray, case: dict) -> Ranged:
+    """`ranged_points` (``kind`` "points") or `ranged_runs` (of boxes, ``several`` unless "boxes") of the layouts
+    ``rows`` of ``case``."""
+    c = case
+    layout = (c["shape"], c["chunks"][rows], c["outer"][rows], c["per_object"][rows])
+    reading = (c["compressed"], c["fraction"], c["gap"], False, 4)
+    if kind == "points":
+        return ranged_points(*layout, np.asarray([b.start for b in c["box"]]), np.asarray([b.stop for b in c["box"]]),
+                             c["dims"], c["points"], c["enc"][rows], *reading, 16.0 * c["per_object"][rows] + 4, 500)
+    return ranged_runs(*layout, c["starts"], c["stops"], c["enc"][rows], *reading, several=kind != "boxes")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_many_layouts_at_once_count_as_each_alone(seed: int) -> None:
+    """The search counts many layouts of one array in one call: each layout's counts are those of a call of its
+    own, whatever the others (a layout's boxes are told apart from the next layout's: which shards its boxes
+    all cross alike along a dimension, `ranged._runs`, is decided layout by layout)."""
+    rng = np.random.default_rng(900 + seed)
+    for _ in range(25):
+        shape = tuple(int(n) for n in rng.integers(6, 30, int(rng.integers(2, 4))))
+        layouts = []
+        for _ in range(int(rng.integers(2, 7))):
+            chunks = tuple(int(rng.integers(1, max(2, n // 3) + 1)) for n in shape)
+            per = tuple(int(rng.integers(1, -(-n // c) + 1)) for n, c in zip(shape, chunks, strict=True))
+            layouts.append((chunks, tuple(k * c for k, c in zip(per, chunks, strict=True)), float(math.prod(per))))
+        chunks, outer, per_object = (np.asarray([lay[i] for lay in layouts]) for i in range(3))
+        enc = rng.choice([3.0, 100.0, 4096.0], len(layouts))
+        compressed, fraction, gap = bool(rng.integers(0, 2)), float(rng.choice([0.5, 1.0])), int(rng.choice([0, 150]))
+        # a batch of maps (alike along the dimensions they span) and random windows, read again
+        whole = rng.uniform(size=len(shape)) < 0.5
+        starts = np.asarray([[0 if w else int(rng.integers(0, n)) for n, w in zip(shape, whole, strict=True)]
+                             for _ in range(3)] + [[int(rng.integers(0, n // 2)) for n in shape]])
+        stops = np.asarray([[n if w else a + 1 for n, w, a in zip(shape, whole, row, strict=True)]
+                            for row in starts[:3]] + [[int(rng.integers(n // 2 + 1, n + 1)) for n in shape]])
+        starts, stops = np.concatenate([starts, starts[:2]]), np.concatenate([stops, stops[:2]])
+        dims, points, box = _random_point_read(rng, shape)
+        case = {"shape": np.asarray(shape), "chunks": chunks, "outer": outer, "per_object": per_object, "enc": enc,
+                "compressed": compressed, "fraction": fraction, "gap": gap, "starts": starts, "stops": stops,
+                "box": box, "dims": dims, "points": points}
+        for kind in ("boxes", "boxes read together", "points"):
+            together = _counts_of(kind, np.arange(len(layouts)), case)
+            for i in range(len(layouts)):
+                alone = _counts_of(kind, np.asarray([i]), case)
+                at = np.flatnonzero(together.rows == i)
+                assert at.size == alone.rows.size, (shape, layouts[i], kind)
+                for field in ("requests", "gap_bytes", "by_ranges", "whole_extra", "whole_parts"):
+                    np.testing.assert_allclose(getattr(together, field)[at], getattr(alone, field),
+                                               rtol=1e-12, err_msg=f"{field} of {layouts[i]} in {shape}, {kind}")
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("compressed", [True, False])
 def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: int, compressed: bool) -> None:
