@@ -304,7 +304,8 @@ def _whole(layouts: _Layouts, whole: np.ndarray, read_layout: np.ndarray, read_w
            held: np.ndarray, held_last: np.ndarray, pieces: np.ndarray, lo: np.ndarray, length: np.ndarray,
            stored: np.ndarray, last: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per layout, of the reads ``whole`` (of a whole shard: ``held``/``held_last`` its stored chunks and their
-    last one's fraction along each dimension; ``pieces`` its chunks touched; each box's ``read``, ``lo``,
+    last one's fraction along each dimension; ``pieces`` its chunks touched; ``read_weight`` the shards each read
+    stands for; each box's ``read``, ``lo``,
     ``length``, ``stored`` and ``last``): the bytes at least of its chunks not touched, and its parts beyond one
     (`revisits` counts the same of a box's first touch). Each stored chunk is at least a byte, and (compressed) at
     least its fraction inside the array of ``chunk_enc`` less half a byte (`counting._stored_bytes` rounds); none
