@@ -8,9 +8,11 @@ import tracemalloc
 import warnings
 
 import numpy as np
+import pytest
 import xarray as xr
 
-from xarray_zarrmax.advise import Costs, Points, advise
+from xarray_zarrmax.advise import Costs, Points, Reader, advise, pattern_selections
+from xarray_zarrmax.advise.bounds import SearchBounds
 from xarray_zarrmax.advise.counting import _distinct_cells
 from xarray_zarrmax.advise.ranged import _point_chunks
 
@@ -59,3 +61,54 @@ def test_distinct_cells_are_numpys_whether_or_not_their_codes_fit_in_63_bits():
         found = _distinct_cells(ids, g)
         assert found.dtype == np.int64
         np.testing.assert_array_equal(found, np.unique(ids, axis=0))
+
+
+def _pointed_by_hand(shape: tuple[int, ...], chunks: np.ndarray, outer: np.ndarray,
+                     points: np.ndarray) -> tuple[float, ...]:
+    """One layout's distinct chunks holding ``points``, their fractions inside the array, distinct objects, the
+    fewest and most chunks an object holds, and the fewest points an object holds: sets of tuples."""
+    n = np.asarray(shape)
+    cells = {tuple(p // chunks) for p in points.tolist()}
+    fraction = sum(float(np.prod(np.minimum(chunks, n - np.asarray(c) * chunks) / chunks)) for c in cells)
+    per_object: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    held: dict[tuple[int, ...], int] = {}
+    for p in points.tolist():
+        key = tuple(np.asarray(p) // outer)
+        per_object.setdefault(key, set()).add(tuple(np.asarray(p) // chunks))
+        held[key] = held.get(key, 0) + 1
+    sizes = [len(s) for s in per_object.values()]
+    return len(cells), fraction, len(per_object), min(sizes), max(sizes), min(held.values())
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["codes", "past-2^62"])
+def test_a_pointwise_reads_chunks_and_objects_are_bounded_per_distinct_lengths(huge: bool) -> None:
+    """`SearchBounds._pointed`, worked out once per distinct chunk lengths and once per distinct object lengths,
+    against each layout by hand: its chunks, their fractions and its objects exactly; and of the chunks an
+    object holds, the bound of the fewest at least the fewest (the read waits for an index only if one holds
+    few) and the mean at most the most (it holds a whole object in flight only if one holds many)."""
+    rng = np.random.default_rng(11 + huge)
+    for _ in range(25):
+        m = int(rng.integers(1, 4))
+        shape = tuple(int(2**31 - rng.integers(0, 5)) if huge else int(rng.integers(3, 40)) for _ in range(m))
+        count = int(rng.integers(1, 40))
+        points = np.stack([rng.integers(max(0, n - 60), n, count) if huge else rng.integers(0, n, count)
+                           for n in shape], axis=1)
+        points = np.unique(points, axis=0)  # as the bounds hold them
+        dims = list(range(m))
+        names = ("time", "lat", "lon")[:m]
+        read = Points({names[d]: points[:, d] for d in dims})
+        selections = {"p": pattern_selections("p", (1.0, read), names, shape)}
+        bounds = SearchBounds(selections, {"p": 1.0}, shape, 4, Costs(), Reader())
+        k = int(rng.integers(1, 12))
+        chunks = np.stack([rng.integers(1, 9 if huge else n + 1, k) for n in shape], axis=1)
+        chunks[k // 2:] = chunks[: k - k // 2]  # layouts sharing chunk lengths, sharded otherwise
+        outer = chunks * rng.integers(1, 4, size=chunks.shape)
+        for _ in range(2):  # and asked again: what is remembered is the same
+            touched, fraction, objects, fewest, mean = bounds._pointed(chunks, outer, dims, points)
+            for r in range(k):
+                cells, frac, objs, least_chunks, most_chunks, least_points = _pointed_by_hand(
+                    shape, chunks[r], outer[r], points)
+                assert (touched[r], objects[r]) == (cells, objs)
+                assert fraction[r] == pytest.approx(frac, rel=1e-12)
+                assert mean[r] == cells / objs and fewest[r] == min(cells / objs, least_points)
+                assert least_chunks <= fewest[r] and mean[r] <= most_chunks

@@ -88,6 +88,7 @@ class SearchBounds:
                                           np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(pointed, dtype=bool).reshape(len(sels), -1), tuple(points)))
+        self._cells: dict[int, tuple[np.ndarray, dict[tuple[int, ...], np.ndarray]]] = {}  # `_cells_of`
         low = {name: f[0] for name, f in costs.factors().items()}
         # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
@@ -185,7 +186,7 @@ class SearchBounds:
             touched *= np.where(pt, 1, t)
             fraction *= np.where(pt, 1.0, f)
         for j, dims, points in pattern.points:
-            t_p, f_p, _, _ = self._pointed(chunks, outer, dims, points)
+            t_p, f_p, *_ = self._pointed(chunks, outer, dims, points)
             touched[:, j] *= t_p
             fraction[:, j] *= f_p
         return touched.sum(axis=1), fraction.sum(axis=1), self._calling(chunks, touched)
@@ -201,60 +202,73 @@ class SearchBounds:
         return np.where(touched * chunk_dec[:, None] < JOB_BYTES, touched, 0.0).sum(axis=1)
 
     def _pointed(self, chunks: np.ndarray, outer: np.ndarray, dims: list[int],
-                 points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 points: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per row, for a pointwise read along ``dims`` (as `counting._count_points` reads it): the distinct
         chunks holding its ``points`` (along those dimensions), their fractions inside the array summed, the
-        distinct objects holding them, and the fewest of those chunks in one of those objects. Worked out once
-        per distinct chunk and object lengths along ``dims`` (a search's layouts share a few), in blocks of at
-        most 2^22 (lengths, point) pairs: a read of 10^5 points costs no more memory than one of a few."""
-        k, count = chunks.shape[0], points.shape[0]
-        if count == 0:
-            return np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
-        m = len(dims)
-        lengths, inverse = np.unique(np.concatenate([chunks[:, dims], outer[:, dims]], axis=1), axis=0,
-                                     return_inverse=True)
-        found = np.zeros((4, lengths.shape[0]))
-        step = max(1, (1 << 22) // count)
-        for a in range(0, lengths.shape[0], step):
-            found[:, a:a + step] = self._pointed_lengths(lengths[a:a + step, :m], lengths[a:a + step, m:], dims,
-                                                         points)
-        touched, fraction, objects, fewest = found[:, inverse.ravel()]
-        return touched, fraction, objects, fewest
+        distinct objects holding them, and two bounds of their chunks an object (the read waits for an index
+        when one object holds few, and holds a whole object in flight when one holds many): at least one object
+        holds at most the lesser of their mean and the fewest points an object holds, and one at least their
+        mean. The chunks depend on the chunk lengths alone and the objects on the object lengths alone: each
+        worked out once per distinct lengths along ``dims`` in a search (`_cells_of`), never per (layout,
+        point)."""
+        k = chunks.shape[0]
+        if points.shape[0] == 0:
+            return np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+        touched, fraction, _ = self._cells_of(chunks[:, dims], dims, points)
+        objects, _, least = self._cells_of(outer[:, dims], dims, points)
+        mean = touched / objects
+        return touched, fraction, objects, np.minimum(mean, least), mean
 
-    def _pointed_lengths(self, lengths: np.ndarray, object_lengths: np.ndarray, dims: list[int],
-                         points: np.ndarray) -> np.ndarray:
-        """`_pointed` of rows of chunk ``lengths`` and ``object_lengths`` along ``dims``, ``(4, rows)``."""
-        k, count = lengths.shape[0], points.shape[0]
+    def _cells_of(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
+        """``(3, rows)``: per row of cell ``lengths`` along ``dims``, the distinct cells holding ``points``, their
+        fractions inside the array summed, and the fewest points a cell holds; remembered per (points, lengths)
+        across the search's calls (its levels ask again of the same lengths)."""
+        distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
+        known = self._cells.setdefault(id(points), (points, {}))[1]  # (the points held: their id stays theirs)
+        keys = [tuple(row) for row in distinct.tolist()]
+        missing = [i for i, key in enumerate(keys) if key not in known]
+        if missing:
+            found = self._distinct_cells(distinct[missing], dims, points)
+            for i, column in zip(missing, found.T, strict=True):
+                known[keys[i]] = column
+        return np.stack([known[key] for key in keys], axis=1)[:, inverse.ravel()]
+
+    def _distinct_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
+        """`_cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
+        most 2^21 (row, point) pairs (a read of 10^5 points costs no more memory than one of a few)."""
         n = self.shape[dims]
-        codes = []
-        for along in (lengths, object_lengths):
-            ids = points[None] // along[:, None, :]  # (k, points, len(dims))
-            grid = -(-n[None] // along)
-            code = np.zeros(ids.shape[:2], dtype=np.int64)
-            for d in range(len(dims)):  # below the element count of those dimensions: no overflow
-                code = code * grid[:, d, None] + ids[:, :, d]
-            codes.append(code)
-        chunk_code, object_code = codes
-        row = np.repeat(np.arange(k), count)
-        order = np.lexsort((chunk_code.ravel(), object_code.ravel(), row))
-        row, chunk_code, object_code = row[order], chunk_code.ravel()[order], object_code.ravel()[order]
-        new_row = np.ones(row.size, dtype=bool)
-        new_row[1:] = row[1:] != row[:-1]
-        new_chunk = new_row.copy()
-        new_chunk[1:] |= chunk_code[1:] != chunk_code[:-1]
-        new_object = new_row.copy()
-        new_object[1:] |= object_code[1:] != object_code[:-1]
-        ids = points[None] // lengths[:, None, :]
-        inside = np.prod(np.minimum(lengths[:, None, :], n[None, None] - ids * lengths[:, None, :])
-                         / lengths[:, None, :], axis=2).ravel()[order]
-        touched = np.bincount(row[new_chunk], minlength=k).astype(np.float64)
-        fraction = np.bincount(row[new_chunk], weights=inside[new_chunk], minlength=k)
-        objects = np.bincount(row[new_object], minlength=k).astype(np.float64)
-        # per object its distinct chunks (a chunk lies in one object: sorted by object, then chunk)
-        per_object = np.add.reduceat(new_chunk.astype(np.int64), np.flatnonzero(new_object))
-        fewest = np.full(k, np.inf)
-        np.minimum.at(fewest, row[new_object], per_object)
-        return np.stack([touched, fraction, objects, fewest])
+        count = points.shape[0]
+        grid = -(-n[None] // lengths)  # (rows, m) cells along each dimension
+        out = np.zeros((3, lengths.shape[0]))
+        if float(np.prod(n.astype(np.float64))) >= 2.0**62:  # codes could overflow: a row at a time
+            for r, along in enumerate(lengths):
+                cells, held = np.unique(points // along, axis=0, return_counts=True)
+                out[:, r] = (cells.shape[0], np.prod(np.minimum(along, n - cells * along) / along, axis=1).sum(),
+                             held.min())
+            return out
+        step = max(1, (1 << 21) // count)
+        for a in range(0, lengths.shape[0], step):
+            along, cells = lengths[a:a + step], grid[a:a + step]
+            code = points[None, :, 0] // along[:, 0, None]
+            for d in range(1, len(dims)):
+                code = code * cells[:, d, None] + points[None, :, d] // along[:, d, None]
+            code.sort(axis=1)
+            new = np.ones(code.shape, dtype=bool)
+            new[:, 1:] = code[:, 1:] != code[:, :-1]
+            per_row = new.sum(axis=1)
+            out[0, a:a + step] = per_row
+            # each cell's points: from its first to the next cell's (a row's first is always new)
+            begins = np.flatnonzero(new.ravel())
+            held = np.diff(np.append(begins, new.size))
+            out[2, a:a + step] = np.minimum.reduceat(held, np.cumsum(per_row) - per_row)
+            # a cell's fraction inside: less than whole only along a dimension where it is the array's last
+            inside = np.ones(code.shape)
+            for d in range(len(dims) - 1, -1, -1):
+                ids, code = code % cells[:, d, None], code // cells[:, d, None]
+                c = along[:, d, None]
+                inside *= np.minimum(c, n[d] - ids * c) / c
+            out[1, a:a + step] = np.where(new, inside, 0.0).sum(axis=1)
+        return out
 
     def _along(self, d: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunks of length ``c`` that [s, e) touches along dimension ``d``, and their fraction inside the array
@@ -289,7 +303,7 @@ class SearchBounds:
             first, last = s // c, (e - 1) // c
             t, f = self._touched(d, c, first, last)
             # chunks of the selection's first object along the dimension (its corner object; along pointed
-            # dimensions, the object holding the fewest of its chunks, below)
+            # dimensions, of the objects holding points one holding at most ``corner``, one at least ``most``)
             per_dim = np.maximum(o // c, 1)
             first_object = first // per_dim
             corner_d = np.minimum(last, (first_object + 1) * per_dim - 1) - first + 1
@@ -302,12 +316,14 @@ class SearchBounds:
             touched *= t
             fraction *= f
             objects *= objects_d
+        most = corner.copy()
         for j, dims, points in pattern.points:
             if j < windows:  # along the pointed dimensions: the distinct chunks and objects of its points
-                t_p, f_p, o_p, fewest = self._pointed(chunks, outer, dims, points)
+                t_p, f_p, o_p, fewest, mean = self._pointed(chunks, outer, dims, points)
                 touched[:, j] *= t_p
                 fraction[:, j] *= f_p
                 objects[:, j] *= o_p
+                most[:, j] = corner[:, j] * mean
                 corner[:, j] *= fewest
         chunk_dec = self.itemsize * np.prod(chunks.astype(np.float64), axis=1)
         chunk_enc = np.maximum(1.0, np.round(chunk_dec * self.costs.ratio))
@@ -331,10 +347,12 @@ class SearchBounds:
         ranged = sharded[:, None] & (corner < self.reader.full_shard_fraction * per_object[:, None])
         # objects in flight at once: fewer than the concurrency when the largest fetch (`counting._tally`: a
         # whole object at its decoded size) fills the reader's in-flight bytes. Known to be whole: an unsharded
-        # chunk, and the first selection's corner shard when it is read whole (not for every sharding at once)
+        # chunk, and the first selection's corner shard when it is read whole (not for every sharding at once; of a
+        # pointwise read, an object holding at least ``most``)
         largest = np.ones((k, windows))
         largest[~sharded] = chunk_dec[~sharded, None]
-        whole_first = sharded & (per_object > 1) & ~ranged[:, 0] if windows else np.zeros(k, dtype=bool)
+        whole_first = (sharded & (per_object > 1) & (most[:, 0] >= self.reader.full_shard_fraction * per_object)
+                       if windows else np.zeros(k, dtype=bool))
         if windows:
             largest[whole_first, 0] = (chunk_dec * per_object)[whole_first]
         slots = np.maximum(1.0, np.minimum(self.reader.concurrency, self.reader.inflight_bytes // largest))
