@@ -342,6 +342,15 @@ class SearchBounds:
         fraction_sum = fraction.sum(axis=1) if sums is None else sums[1]
         calling_count = self._calling(chunks, touched) if sums is None else sums[2]
         requests = objects.sum(axis=1) + rest + part_extra
+        # a pointwise read finds no index cached: each object it reads by ranges (fewer than full_shard_fraction
+        # of its chunks) asks for its index too. Those read whole hold that many chunks each, so there are at
+        # most its chunks over that many (`ranged_points` counts them object by object from SAMPLED on)
+        whole_at_least = self.reader.full_shard_fraction * per_object
+        point_indexes = {j: np.where(sharded & (whole_at_least > 0), np.maximum(
+            0.0, objects[:, j] - np.floor(touched[:, j] / np.maximum(whole_at_least, 1e-300) + 1e-9)), 0.0)
+            for j, _, _ in pattern.points if j < windows}
+        if level < SAMPLED:
+            requests += sum(point_indexes.values(), np.zeros(k))
         # a selection whose shards no earlier one touched finds no index cached: one it touches in fewer chunks
         # than read it whole (full_shard_fraction) waits for its index, then its ranges
         ranged = sharded[:, None] & (corner < self.reader.full_shard_fraction * per_object[:, None])
@@ -394,6 +403,8 @@ class SearchBounds:
                                      max(1, self.reader.split_size), gaps=j < sampled)
                 at = where[runs.rows]
                 requests[at] += runs.requests + runs.by_ranges + runs.whole_parts
+                point_indexes[j][at] = 0.0  # counted object by object; the rest as at PAIRWISE
+                requests += point_indexes[j]
                 gap_bytes[at] += runs.gap_bytes
                 whole_extra[at] += runs.whole_extra
             pointwise = {j for j, _, _ in pattern.points}
