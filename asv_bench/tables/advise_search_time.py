@@ -1,7 +1,7 @@
 """How long the advisor's proven search takes, per pattern and per mix, on 4-D (and the other validation) arrays.
 
     .venv/bin/python -m asv_bench.tables.advise_search_time [--repeat 3] [--probes FILE] [--markdown FILE]
-        [--json FILE] [--case TEXT ...]
+        [--json FILE] [--case TEXT ...] [--points N ...]
 
 Issue 42 asks for "any pattern on a 4-D array in under 2 s". For each case the search of the whole grid runs
 with no budget (`tuning.SEARCH_LAYOUTS` lifted), so that what is timed is the proof, not a cut-off: wall seconds
@@ -11,13 +11,16 @@ docs/dev/logs/advise_validation.json; ``--probes``: another run's log), and `Cos
 ``--case`` keeps the cases whose "array / case" holds the text. Cases:
 
 - every built-in pattern alone on a (365, 10, 181, 360) float32 array;
-- every pattern and mix of both validation sets (`asv_bench.shared.advise_sets`), on their own arrays.
+- every pattern and mix of both validation sets (`asv_bench.shared.advise_sets`), on their own arrays;
+- with ``--points N``: pointwise reads of N distinct random points on the 4-D array, along every dimension
+  ("N random points") and along lat and lon, every time and level ("profiles at N points"), seeded (`point_cases`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -76,7 +79,27 @@ def cases() -> list[dict[str, Any]]:
     return out
 
 
-def run(repeat: int, probes: Path | None = None, only: list[str] | None = None) -> dict[str, Any]:
+def point_cases(counts: list[int], seed: int = 0) -> list[dict[str, Any]]:
+    """Per count N, N distinct points drawn at random (``seed``) on the 4-D built-in array: along every dimension,
+    and along (lat, lon) with every time and level (the same N cells of the map)."""
+    import numpy as np
+
+    from xarray_zarrmax.advise import Points
+
+    out = []
+    for n in counts:
+        rng = np.random.default_rng(seed)
+        cells = np.unravel_index(rng.choice(math.prod(SHAPE4), size=n, replace=False), SHAPE4)
+        columns = np.unravel_index(rng.choice(SHAPE4[2] * SHAPE4[3], size=n, replace=False), SHAPE4[2:])
+        for name, indices in ((f"{n} random points", dict(zip(DIMS4, cells, strict=True))),
+                              (f"profiles at {n} points", dict(zip(DIMS4[2:], columns, strict=True)))):
+            out.append({"array": "4-D built-in", "case": name, "shape": SHAPE4, "dims": DIMS4, "itemsize": 4,
+                        "patterns": {name: (1.0, Points(indices))}, "extra": {}})
+    return out
+
+
+def run(repeat: int, probes: Path | None = None, only: list[str] | None = None,
+        points: list[int] | None = None) -> dict[str, Any]:
     from xarray_zarrmax.advise import advisor
 
     advisor.SEARCH_LAYOUTS = None  # the proof, whatever it costs
@@ -84,7 +107,7 @@ def run(repeat: int, probes: Path | None = None, only: list[str] | None = None) 
     rows = []
     before = machine_state()
     reference = cpu_reference()
-    for case in cases():
+    for case in cases() + point_cases(points or []):
         if only and not any(text in f"{case['array']} / {case['case']}" for text in only):
             continue
         for kind, c in costs.items():
@@ -127,8 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--probes", type=Path, help="another validation run's JSON log, whose probes to cost under")
     parser.add_argument("--case", action="append", help="only the cases whose 'array / case' holds this text")
+    parser.add_argument("--points", type=int, nargs="+", help="add pointwise reads of this many random points")
     args = parser.parse_args(argv)
-    result = run(args.repeat, args.probes, args.case)
+    result = run(args.repeat, args.probes, args.case, args.points)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     text = markdown(result)

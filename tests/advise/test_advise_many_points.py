@@ -103,6 +103,7 @@ def test_a_pointwise_reads_chunks_and_objects_are_bounded_per_distinct_lengths(h
         chunks = np.stack([rng.integers(1, 9 if huge else n + 1, k) for n in shape], axis=1)
         chunks[k // 2:] = chunks[: k - k // 2]  # layouts sharing chunk lengths, sharded otherwise
         outer = chunks * rng.integers(1, 4, size=chunks.shape)
+        outer[0] *= 1 + 40 * int(rng.integers(0, 2))  # now and then a shard far longer than the array
         for _ in range(2):  # and asked again: what is remembered is the same
             touched, fraction, objects, fewest, mean = bounds._pointed(chunks, outer, dims, points)
             for r in range(k):

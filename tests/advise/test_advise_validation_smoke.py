@@ -106,10 +106,17 @@ def test_a_tiny_dataset_written_read_counted_and_predicted(tmp_path: Path) -> No
 def test_the_search_time_table_lists_every_case_and_formats_its_rows() -> None:
     """`asv_bench.tables.advise_search_time`: every built-in pattern on the 4-D array, every pattern and mix of
     both sets; a row per case and costs in its table."""
-    from asv_bench.tables.advise_search_time import BUILT_IN, cases, markdown
+    from asv_bench.tables.advise_search_time import BUILT_IN, cases, markdown, point_cases
 
     found = cases()
     assert [c["case"] for c in found if c["array"] == "4-D built-in"] == list(BUILT_IN)
+    pointwise = point_cases([5, 40])  # ``--points 5 40``: N distinct points, along every dimension and along two
+    assert [c["case"] for c in pointwise] == ["5 random points", "profiles at 5 points", "40 random points",
+                                             "profiles at 40 points"]
+    for c in pointwise:
+        indices = c["patterns"][c["case"]][1].indices
+        cells = np.stack([indices[d] for d in c["dims"] if d in indices], axis=1)
+        assert len(np.unique(cells, axis=0)) == int(c["case"].split()[-2 if "profiles" in c["case"] else 0])
     names = {(c["array"], c["case"]) for c in found}
     assert ("set 2 packed-4d", "mix training") in names and ("set 1 geosfp-like", "mix balanced") in names
     row = {"array": "4-D built-in", "case": "map", "costs": "minio", "seconds": 0.25, "costed": 12,
