@@ -1,13 +1,15 @@
 """The proven search's time at this checkout against another one (the commit before a change), in one run.
 
     .venv/bin/python -m asv_bench.tables.advise_search_ab OTHER_CHECKOUT [--case TEXT ...] [--repeat 3]
-        [--probes FILE] [--markdown FILE]
+        [--probes FILE] [--markdown FILE] [--points N ...]
 
 Each case (a row of `asv_bench.tables.advise_search_time`, named "array / case / costs"; by default the five that
 took over 2 s at 1a5762f) runs in a fresh process per checkout, the two alternating,
 ``--repeat`` times, under the same costs: the probes of ``--probes`` (default this checkout's validation log),
 whatever the other checkout's log holds. Per case: both medians, their ratio, the layouts costed and whether both
 picked the same layout with the same score. ``git worktree add /tmp/before 1a5762f`` makes the other checkout.
+``--points N`` lets a ``--case`` name a pointwise read of `advise_search_time --points N` (e.g. "4-D built-in /
+30 random points / minio"), built here and handed to both checkouts as plain lists (older ones have no such cases).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,13 @@ from xarray_zarrmax.advise import advisor
 advisor.SEARCH_LAYOUTS = None
 t.PROBES = Path(sys.argv[3])
 costs = t.probed_costs()
-for case in t.cases():
+cases = t.cases()
+if len(sys.argv) > 4:  # a pointwise read built by the calling checkout (`point_cases`), as plain lists
+    from xarray_zarrmax.advise import Points
+    given = json.loads(Path(sys.argv[4]).read_text())
+    read = Points(given.pop("indices"))
+    cases = [{**given, "shape": tuple(given["shape"]), "extra": {}, "patterns": {given["case"]: (1.0, read)}}]
+for case in cases:
     for kind, c in costs.items():
         if f"{case['array']} / {case['case']} / {kind}" != sys.argv[2]:
             continue
@@ -49,13 +58,30 @@ for case in t.cases():
 """
 
 
-def once(checkout: Path, case: str, probes: Path) -> dict[str, Any]:
-    """One search of ``case`` with ``checkout``'s code, in its own process."""
-    out = subprocess.run([sys.executable, "-c", _ONE, str(checkout), case, str(probes)], capture_output=True,
-                         text=True, check=True).stdout.strip()
+def once(checkout: Path, case: str, probes: Path, points: Path | None = None) -> dict[str, Any]:
+    """One search of ``case`` with ``checkout``'s code, in its own process (``points``: the case, a pointwise
+    read, as `point_case_file` wrote it)."""
+    command = [sys.executable, "-c", _ONE, str(checkout), case, str(probes), *([str(points)] if points else [])]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
     if not out:
         raise SystemExit(f"expected a case named like {case!r} in {checkout}. Got no such case.")
     return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def point_case_file(counts: list[int], case: str, folder: Path) -> Path | None:
+    """The case named ``case`` ('array / case / costs') among `advise_search_time.point_cases` of ``counts``,
+    written to ``folder`` as JSON (its points as lists) for a checkout that has no such cases; None if not one."""
+    from asv_bench.tables.advise_search_time import point_cases
+
+    for found in point_cases(counts):
+        if case.startswith(f"{found['array']} / {found['case']} / "):
+            read = found["patterns"][found["case"]][1]
+            path = folder / f"{found['case'].replace(' ', '_')}.json"
+            path.write_text(json.dumps({"array": found["array"], "case": found["case"], "shape": found["shape"],
+                                        "dims": list(found["dims"]), "itemsize": found["itemsize"],
+                                        "indices": {d: [int(i) for i in ix] for d, ix in read.indices.items()}}))
+            return path
+    return None
 
 
 def summary(case: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,18 +112,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--probes", type=Path, default=HERE / "docs" / "dev" / "logs" / "advise_validation.json")
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--points", type=int, nargs="+", default=[],
+                        help="the counts of `advise_search_time --points` cases a --case may name")
     args = parser.parse_args(argv)
     if not (args.other / "xarray_zarrmax").is_dir():
         raise SystemExit(f"expected a checkout of xarray_zarrmax at {args.other}. Got no xarray_zarrmax there.")
     chosen = list(args.case or SLOW)
     before_state = machine_state()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {c: {"before": [], "after": []} for c in chosen}
-    for _ in range(args.repeat):
-        for case in chosen:
-            runs[case]["before"].append(once(args.other, case, args.probes))
-            runs[case]["after"].append(once(HERE, case, args.probes))
-            print(f"{case}: {runs[case]['before'][-1]['seconds']:.2f} s before, "
-                  f"{runs[case]['after'][-1]['seconds']:.2f} s after", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as folder:
+        points = {c: point_case_file(args.points, c, Path(folder)) for c in chosen}
+        for _ in range(args.repeat):
+            for case in chosen:
+                runs[case]["before"].append(once(args.other, case, args.probes, points[case]))
+                runs[case]["after"].append(once(HERE, case, args.probes, points[case]))
+                print(f"{case}: {runs[case]['before'][-1]['seconds']:.2f} s before, "
+                      f"{runs[case]['after'][-1]['seconds']:.2f} s after", file=sys.stderr, flush=True)
     result = {"command": " ".join(sys.argv), "other": str(args.other), "repeat": args.repeat,
               "machine_before": before_state, "machine_after": machine_state(),
               "rows": [summary(c, r["before"], r["after"]) for c, r in runs.items()]}

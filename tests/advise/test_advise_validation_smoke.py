@@ -3,6 +3,7 @@ on toy cases worked by hand, and one dataset written, read, counted and predicte
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -138,3 +139,20 @@ def test_the_search_ab_table_summarizes_both_checkouts_runs() -> None:
     text = markdown({"command": "c", "other": "/tmp/before", "repeat": 3, "machine_before": {"load_average": [1.0]},
                      "machine_after": {"load_average": [2.0]}, "rows": [row]})
     assert "| a / b / minio | 4.00 | 1.50 | 2.67x | 10 / 9 | yes |" in text
+
+
+def test_the_search_ab_hands_a_pointwise_case_to_a_checkout_as_plain_lists(tmp_path: Path) -> None:
+    """`advise_search_ab --points N`: a case of `advise_search_time.point_cases` is written as JSON for checkouts
+    that have no such cases; any other case is left to the checkout's own table."""
+    from asv_bench.tables.advise_search_ab import point_case_file
+    from asv_bench.tables.advise_search_time import point_cases
+
+    path = point_case_file([4, 7], "4-D built-in / profiles at 7 points / minio", tmp_path)
+    assert path is not None
+    given = json.loads(path.read_text())
+    expected = next(c for c in point_cases([7]) if c["case"] == "profiles at 7 points")
+    assert (given["case"], given["shape"], given["dims"]) == ("profiles at 7 points", [365, 10, 181, 360],
+                                                             ["time", "lev", "lat", "lon"])
+    assert given["indices"] == {d: ix.tolist() for d, ix in expected["patterns"][given["case"]][1].indices.items()}
+    assert point_case_file([4, 7], "4-D built-in / map / minio", tmp_path) is None
+    assert point_case_file([4], "4-D built-in / profiles at 7 points / minio", tmp_path) is None
