@@ -227,7 +227,7 @@ class SearchBounds:
         radix = 8 * self.shape[dims] + 1  # (a shard may be longer than the array: up to 8 times, keyed)
         if float(np.prod(radix.astype(np.float64))) >= 2.0**62 or (lengths >= radix).any():  # afresh, no key
             distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
-            return self._distinct_cells(distinct, dims, points)[:, inverse.ravel()]
+            return self._count_cells(distinct, dims, points)[:, inverse.ravel()]
         code = np.zeros(lengths.shape[0], dtype=np.int64)
         for d in range(len(dims)):
             code = code * radix[d] + lengths[:, d]
@@ -241,14 +241,14 @@ class SearchBounds:
             for d in range(len(dims) - 1, -1, -1):
                 rows[:, d], rest = rest % radix[d], rest // radix[d]
             known = np.concatenate([known, missing])
-            values = np.concatenate([values, self._distinct_cells(rows, dims, points)], axis=1)
+            values = np.concatenate([values, self._count_cells(rows, dims, points)], axis=1)
             order = np.argsort(known, kind="stable")
             known, values = known[order], values[:, order]
             self._cells[id(points)] = (known, values, points)  # (the points held: their id stays theirs)
             at = np.searchsorted(known, distinct)
         return values[:, at[inverse.ravel()]]
 
-    def _distinct_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
+    def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
         """`_cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
         most 2^21 (row, point) pairs (a read of 10^5 points costs no more memory than one of a few)."""
         n = self.shape[dims]
