@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.advise.candidates import multiples
+from xarray_zarrmax.advise.memo import KeyedValues
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 from xarray_zarrmax.advise.revisits import revisits
@@ -88,7 +89,7 @@ class SearchBounds:
                                           np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(pointed, dtype=bool).reshape(len(sels), -1), tuple(points)))
-        self._cells: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # `_cells_of`
+        self._cells: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `_cells_of`
         low = {name: f[0] for name, f in costs.factors().items()}
         # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
@@ -223,7 +224,7 @@ class SearchBounds:
         """``(3, rows)``: per row of cell ``lengths`` along ``dims``, the distinct cells holding ``points``, their
         fractions inside the array summed, and the fewest points a cell holds; remembered per (points, lengths)
         across the search's calls (its levels ask again of the same lengths), each row of lengths keyed by one
-        mixed-radix code (sorted, looked up by bisection: a search asks of millions of rows)."""
+        mixed-radix code (`memo.KeyedValues`: a search asks of millions of rows)."""
         radix = 8 * self.shape[dims] + 1  # (a shard may be longer than the array: up to 8 times, keyed)
         if float(np.prod(radix.astype(np.float64))) >= 2.0**62 or (lengths >= radix).any():  # afresh, no key
             distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
@@ -232,21 +233,18 @@ class SearchBounds:
         for d in range(len(dims)):
             code = code * radix[d] + lengths[:, d]
         distinct, inverse = np.unique(code, return_inverse=True)
-        known, values = self._cells.get(id(points), (np.zeros(0, dtype=np.int64), np.zeros((3, 0)), points))[:2]
-        at = np.minimum(np.searchsorted(known, distinct), max(known.size - 1, 0))
-        missing = distinct[known[at] != distinct] if known.size else distinct
-        if missing.size:
+        memo = self._cells.setdefault(id(points), (KeyedValues(3), points))[0]  # (the points held: their id
+        found, values = memo.find(distinct)  # stays theirs)
+        if not found.all():
+            missing = distinct[~found]
             rows = np.empty((missing.size, len(dims)), dtype=np.int64)
             rest = missing.copy()
             for d in range(len(dims) - 1, -1, -1):
                 rows[:, d], rest = rest % radix[d], rest // radix[d]
-            known = np.concatenate([known, missing])
-            values = np.concatenate([values, self._count_cells(rows, dims, points)], axis=1)
-            order = np.argsort(known, kind="stable")
-            known, values = known[order], values[:, order]
-            self._cells[id(points)] = (known, values, points)  # (the points held: their id stays theirs)
-            at = np.searchsorted(known, distinct)
-        return values[:, at[inverse.ravel()]]
+            counted = self._count_cells(rows, dims, points)
+            memo.add(missing, counted)
+            values[:, ~found] = counted
+        return values[:, inverse.ravel()]
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
         """`_cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
