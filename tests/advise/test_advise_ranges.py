@@ -390,6 +390,29 @@ def test_morton_offsets_of_boxes_alike_are_each_boxs_own() -> None:
         np.testing.assert_array_equal(together[0], np.concatenate(boxes))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_morton_offsets_of_one_cell_boxes_are_bitwise_those_of_the_cells_in_a_box(seed: int) -> None:
+    """Boxes of one cell each (a read of points along every dimension) take their own path, with no gather and
+    no search for repeats: each cell's rank, sizes before it and own size are, to the bit, those of the same cell
+    worked out inside the shard's whole stored box (the general path), in any order and with repeats."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(60):
+        grid, chunks, extents = _random_shard(rng)
+        stored = np.asarray([-(-e // c) for e, c in zip(extents, chunks, strict=True)])
+        last = np.asarray([(e - (s - 1) * c) / c for e, s, c in zip(extents, stored, chunks, strict=True)])
+        whole = box_offsets(np.zeros((1, len(grid)), dtype=np.int64), stored[None], stored[None],
+                            np.asarray([grid]), last[None])
+        cells = (rng.uniform(size=(int(rng.integers(1, 40)), len(grid))) * stored).astype(np.int64)
+        n = cells.shape[0]
+        got = box_offsets(cells, np.ones_like(cells), np.tile(stored, (n, 1)), np.tile(grid, (n, 1)),
+                          np.tile(last, (n, 1)))
+        flat = np.ravel_multi_index(tuple(cells.T), tuple(stored))
+        for mine, general in zip(got, whole, strict=True):
+            want = np.broadcast_to(general, (int(stored.prod()),))[flat]
+            assert mine.dtype == np.asarray(general).dtype
+            assert np.array_equal(mine, want), (grid, extents, cells)
+
+
 def test_distinct_rows_are_told_apart_when_their_keys_collide() -> None:
     """Rows are keyed by a hash of their columns; two rows of one key that differ are still two sets (checked
     against each key's first row, then by their bytes)."""

@@ -76,6 +76,8 @@ def box_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np
     last = np.asarray(last, dtype=np.float64)
     # boxes alike in every way have alike cells (a pointwise read crosses many shards at the same place in
     # each): each worked out once, then copied
+    if (length == 1).all():  # boxes of one cell each (a read of points along every dimension): no box repeats
+        return _offsets(lo, length, stored, grid, 1.0 - last)  # often enough to pay for finding them
     firsts, which = _distinct_rows(np.concatenate([lo, length, stored, grid, last.view(np.int64)], axis=1))
     found = _offsets(lo[firsts], length[firsts], stored[firsts], grid[firsts], 1.0 - last[firsts])
     if firsts.size == lo.shape[0]:
@@ -131,6 +133,14 @@ class _Levels:
         self.tops: list[np.ndarray] = []  # and for each, its box's stored length, bits and last cell's lack
         self.used: list[np.ndarray] = []
         self.lacks: list[np.ndarray] = []
+        self.table: list[np.ndarray | None] = []
+        self.child: list[np.ndarray | None] = []
+        if (length == 1).all():  # one cell a box: each table is the boxes' own, in order (no gather needed)
+            for mine, given in zip((self.values, self.tops, self.used, self.lacks), (lo, stored, bits, short),
+                                   strict=True):
+                mine.extend(np.ascontiguousarray(column) for column in given.T)
+            self.table, self.child = [None] * m, [None] * m
+            return
         for j in range(m):
             start = np.cumsum(length[:, j]) - length[:, j]
             owner = np.repeat(np.arange(boxes), length[:, j])
@@ -138,8 +148,6 @@ class _Levels:
             self.tops.append(stored[owner, j])
             self.used.append(bits[owner, j])
             self.lacks.append(short[owner, j])
-        self.table: list[np.ndarray] = []
-        self.child: list[np.ndarray] = []
         below = np.ones(boxes, dtype=np.int64)  # the cells of a box's dimensions after j
         below_start = np.zeros(boxes, dtype=np.int64)
         for j in range(m - 1, -1, -1):
@@ -172,23 +180,28 @@ class _Levels:
 
     def product(self, factors: list[np.ndarray]) -> np.ndarray:
         """Per cell, the product over dimensions of ``factors`` (one per coordinate, per dimension)."""
-        out = factors[-1][self.table[-1]]
+        out = _at(factors[-1], self.table[-1])
         for j in range(len(factors) - 2, -1, -1):
-            out = factors[j][self.table[j]] * out[self.child[j]]
+            out = _at(factors[j], self.table[j]) * _at(out, self.child[j])
         return out
 
     def combine(self, one: list[np.ndarray], before: list[np.ndarray], after: list[np.ndarray]) -> np.ndarray:
         """Per cell, the sum over dimensions d of ``one[d]`` times the product of ``before`` over the dimensions
         before d and of ``after`` over those after it (each a per-coordinate table per dimension)."""
         m = len(one)
-        total = one[-1][self.table[-1]]  # over dimensions j and after
-        suffix = after[-1][self.table[-1]]  # product of `after` over dimensions j and after
+        total = _at(one[-1], self.table[-1])  # over dimensions j and after
+        suffix = _at(after[-1], self.table[-1])  # product of `after` over dimensions j and after
         for j in range(m - 2, -1, -1):
-            at, kid_total, kid_suffix = self.table[j], total[self.child[j]], suffix[self.child[j]]
-            total = one[j][at] * kid_suffix + before[j][at] * kid_total
+            at, kid_total, kid_suffix = self.table[j], _at(total, self.child[j]), _at(suffix, self.child[j])
+            total = _at(one[j], at) * kid_suffix + _at(before[j], at) * kid_total
             if j:
-                suffix = after[j][at] * kid_suffix
+                suffix = _at(after[j], at) * kid_suffix
         return total
+
+
+def _at(values: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+    """``values[index]``, or ``values`` itself where the index is every place in order (None)."""
+    return values if index is None else values[index]
 
 
 def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
