@@ -199,13 +199,18 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
             alike &= (np.minimum.reduceat(ends, begins, axis=0) == np.maximum.reduceat(ends, begins, axis=0))[owner]
     kinds = np.where(alike & (shards > 2), 3, shards)
     count = np.prod(kinds, axis=1)  # shards (or kinds of shard) each box touches
-    box = np.repeat(np.arange(box_row.size), count)
-    row = box_row[box]
-    digits = np.arange(box.size) - np.repeat(np.cumsum(count) - count, count)
-    lo, length, stored, grid = (np.empty((box.size, ndim), dtype=np.int64) for _ in range(4))
-    last = np.ones((box.size, ndim))  # the fraction inside the array of the shard's last chunk along each
-    shard = np.zeros(box.size, dtype=np.int64)  # the shard's place in the grid of shards
-    weight = np.ones(box.size)  # the shards each stands for
+    entries = int(count.sum())
+    box: np.ndarray | slice
+    if entries == box_row.size:  # each box in one shard (a pointwise read's chunks, most windows): no repeats
+        box, row, digits = slice(None), box_row, np.zeros(entries, dtype=np.int64)
+    else:
+        box = np.repeat(np.arange(box_row.size), count)
+        row = box_row[box]
+        digits = np.arange(entries) - np.repeat(np.cumsum(count) - count, count)
+    lo, length, stored, grid = (np.empty((entries, ndim), dtype=np.int64) for _ in range(4))
+    last = np.ones((entries, ndim))  # the fraction inside the array of the shard's last chunk along each
+    shard = np.zeros(entries, dtype=np.int64)  # the shard's place in the grid of shards
+    weight = np.ones(entries)  # the shards each stands for
     for d in range(ndim - 1, -1, -1):
         along, crossed = kinds[box, d], shards[box, d]
         kind = digits % along
