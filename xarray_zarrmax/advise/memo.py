@@ -34,6 +34,8 @@ class KeyedValues:
                 continue
             at = np.minimum(np.searchsorted(known, keys), known.size - 1)
             hit = known[at] == keys
+            if hit.all():  # (most lookups, once a search has asked of a block's lengths before)
+                return hit, values[:, at]
             found |= hit
             out[:, hit] = values[:, at[hit]]
         return found, out
