@@ -74,10 +74,10 @@ def box_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np
     lo, length = np.asarray(lo, dtype=np.int64), np.asarray(length, dtype=np.int64)
     stored, grid = np.asarray(stored, dtype=np.int64), np.asarray(grid, dtype=np.int64)
     last = np.asarray(last, dtype=np.float64)
-    # boxes alike in every way have alike cells (a pointwise read crosses many shards at the same place in
-    # each): each worked out once, then copied
     if (length == 1).all():  # boxes of one cell each (a read of points along every dimension): no box repeats
         return _offsets(lo, length, stored, grid, 1.0 - last)  # often enough to pay for finding them
+    # boxes alike in every way have alike cells (a pointwise read crosses many shards at the same place in
+    # each): each worked out once, then copied
     firsts, which = _distinct_rows(np.concatenate([lo, length, stored, grid, last.view(np.int64)], axis=1))
     found = _offsets(lo[firsts], length[firsts], stored[firsts], grid[firsts], 1.0 - last[firsts])
     if firsts.size == lo.shape[0]:
