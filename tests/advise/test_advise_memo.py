@@ -28,3 +28,12 @@ def test_keyed_values_answer_as_a_dict_does(monkeypatch: pytest.MonkeyPatch, sma
         kept.add(new, added)
         truth.update({int(k): tuple(v) for k, v in zip(new, added.T, strict=True)})
         assert len(kept) == len(truth)
+
+
+def test_keys_repeated_out_of_order_or_known_are_refused() -> None:
+    kept = memo.KeyedValues(1)
+    kept.add(np.asarray([3, 9]), np.asarray([[1.0, 2.0]]))
+    for keys in ([5, 5], [7, 6], [4, 9]):
+        with pytest.raises(ValueError, match="expects new keys, distinct and ascending"):
+            kept.add(np.asarray(keys), np.zeros((1, 2)))
+    assert len(kept) == 2 and kept.find(np.asarray([9]))[1].tolist() == [[2.0]]

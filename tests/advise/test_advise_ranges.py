@@ -413,6 +413,17 @@ def test_morton_offsets_of_one_cell_boxes_are_bitwise_those_of_the_cells_in_a_bo
             assert np.array_equal(mine, want), (grid, extents, cells)
 
 
+def test_boxes_in_no_shard_and_in_two_are_not_taken_for_boxes_in_one_each() -> None:
+    """`ranged._runs` takes each box as its own entry only when every box lies in exactly one shard: a box of no
+    chunks (in no shard) beside one crossing two shards has as many entries as boxes, and must still be split
+    (a review found the shortcut taken on the count of entries alone)."""
+    layouts = ranged._Layouts(np.asarray([28]), np.asarray([[3], [5]]), np.asarray([[15], [20]]), np.asarray([5, 4]),
+                              np.asarray([56.67, 11.73]), True, 1.0, 10, False, 4, np.asarray([80.0, 64.0]), 2)
+    found = ranged._runs(layouts, np.asarray([0, 1]), np.asarray([0, 0]), np.asarray([[5], [1]]),
+                         np.asarray([[0], [5]]))
+    assert found[2].tolist() == [0, 2]  # reads by ranges: none of the empty box, both shards of the other
+
+
 def test_distinct_rows_are_told_apart_when_their_keys_collide() -> None:
     """Rows are keyed by a hash of their columns; two rows of one key that differ are still two sets (checked
     against each key's first row, then by their bytes)."""

@@ -41,7 +41,12 @@ class KeyedValues:
         return found, out
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Remember ``values`` (``(rows, keys)``) of ``keys``: distinct, ascending, and none known already."""
+        """Remember ``values`` (``(rows, keys)``) of ``keys``: distinct, ascending, and none known already (a
+        key in both tiers would make `find` answer from whichever it searched first)."""
+        if (np.diff(keys) <= 0).any() or self.find(keys)[0].any():
+            raise ValueError(f"KeyedValues.add expects new keys, distinct and ascending; got {keys.size} keys, "
+                             f"{int((np.diff(keys) <= 0).sum())} out of order or repeated, "
+                             f"{int(self.find(keys)[0].sum())} known already")
         small = _merged(*self._tiers[1], keys, values)
         large = self._tiers[0]
         if small[0].size >= max(_SMALL, _SHARE * large[0].size):

@@ -201,7 +201,7 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     count = np.prod(kinds, axis=1)  # shards (or kinds of shard) each box touches
     entries = int(count.sum())
     box: np.ndarray | slice
-    if entries == box_row.size:  # each box in one shard (a pointwise read's chunks, most windows): no repeats
+    if (count == 1).all():  # each box in one shard (a pointwise read's chunks, most windows): no repeats
         box, row, digits = slice(None), box_row, np.zeros(entries, dtype=np.int64)
     else:
         box = np.repeat(np.arange(box_row.size), count)
