@@ -12,7 +12,8 @@ import pytest
 import xarray as xr
 
 from xarray_zarrmax.advise import Costs, Points, Reader, advise, pattern_selections
-from xarray_zarrmax.advise.bounds import SearchBounds
+from xarray_zarrmax.advise.bounds import QUICK, TERMS, SearchBounds
+from xarray_zarrmax.advise.candidates import multiples
 from xarray_zarrmax.advise.counting import _distinct_cells
 from xarray_zarrmax.advise.ranged import _point_chunks
 
@@ -113,3 +114,26 @@ def test_a_pointwise_reads_chunks_and_objects_are_bounded_per_distinct_lengths(h
                 assert fraction[r] == pytest.approx(frac, rel=1e-12)
                 assert mean[r] == cells / objs and fewest[r] == min(cells / objs, least_points)
                 assert least_chunks <= fewest[r] and mean[r] <= most_chunks
+
+
+def test_the_listed_bound_of_a_pointwise_read_counts_the_objects_holding_its_points() -> None:
+    """`SearchBounds.sharded_floor` (`LISTED`, a sharded layout's first bound) counts a pointwise read's objects as
+    `QUICK` does: points each in a shard of their own are a request each, not one for the read (was: one object
+    along each pointed dimension, so 30 random points on a 4-D array took 3.5 million layouts up to `QUICK`)."""
+    shape, names = (64, 40, 30), ("time", "lat", "lon")
+    rng = np.random.default_rng(7)
+    points = np.unique(np.stack([rng.integers(0, n, 25) for n in shape], axis=1), axis=0)
+    read = Points({name: points[:, d] for d, name in enumerate(names)})
+    costs = Costs(request_s=1e-3, latency_s=1e-6, connect_s=0.0)
+    bounds = SearchBounds({"p": pattern_selections("p", (1.0, read), names, shape)}, {"p": 1.0}, shape, 4, costs,
+                          Reader(concurrency=1000))
+    chunks = np.asarray([[1, 1, 1], [2, 4, 3], [8, 5, 6]])
+    floor = bounds.terms(chunks, np.broadcast_to(np.asarray(shape), chunks.shape), np.ones(3, dtype=bool),
+                         np.ones(3), QUICK)
+    for which in ([0, 0, 0], [1, 1, 1], [2, 0, 1], [3, 3, 2]):  # 1, 2, 8 or all chunks per shard
+        at = np.asarray([which] * 3)
+        listed = bounds.sharded_floor(floor, chunks, np.arange(3), at)
+        per = np.take_along_axis(multiples(chunks, shape), at[:, :, None], axis=2)[:, :, 0]
+        for r in range(3):
+            objects = len({tuple(p // (per[r] * chunks[r])) for p in points.tolist()})
+            assert listed[r, TERMS.index("request_s")] >= objects * costs.request_s * (1 - 1e-9), (chunks[r], per[r])

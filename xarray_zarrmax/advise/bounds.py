@@ -130,12 +130,13 @@ class SearchBounds:
         """The `LISTED` bound of many sharded layouts, in O(ndim) a layout: ``floor`` (`terms` at `QUICK` of each
         row of ``chunks`` with ``outer`` the array's shape: a bound of every sharding of that chunk shape at once)
         raised by what each layout's own shards add at least. Per pattern, a selection's objects are a product
-        over dimensions of each dimension's; over the selections their sum (a request each) is at least their
-        count times the product of each dimension's geometric mean over them (AM-GM), and their most (shards
-        whose index is parsed, each its entries and bytes) at least that product, and a round trip each
-        `Reader.concurrency` of them; the first selection, when it reads its first shard by ranges, waits for the
-        shard's index (a round trip). ``owner``: each layout's row
-        of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per shard are."""
+        over dimensions of each dimension's (a pointwise read's: times the distinct objects holding its points,
+        `_cells_of` per distinct object lengths, as `QUICK` counts them); over the selections their sum (a request
+        each) is at least their count times the product of each dimension's geometric mean over them (AM-GM), and
+        their most (shards whose index is parsed, each its entries and bytes) at least that product, and a round
+        trip each `Reader.concurrency` of them; the first selection, when it reads its first shard by ranges, waits
+        for the shard's index (a round trip). ``owner``: each layout's row of ``chunks``; ``which``: per
+        dimension, which of `candidates.multiples` its chunks per shard are."""
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         picked = np.take_along_axis(table[owner], which[:, :, None], axis=2)[:, :, 0]
         per_object = np.prod(picked.astype(np.float64), axis=1)
@@ -155,6 +156,8 @@ class SearchBounds:
                 # the first selection's chunks in its first object along d
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
                 corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
+            for _, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
+                logs += np.log(self._cells_of((picked * chunks[owner])[:, dims], dims, points)[0]) / windows
             mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
             requests[:, p] = np.maximum(windows, windows * mean)
             indexes[:, p] = np.maximum(1.0, mean)
