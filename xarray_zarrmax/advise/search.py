@@ -301,10 +301,12 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         return np.concatenate([tied_with(bounds, part, fastest) for part in parts])
 
     left = [(what, index) for _, _, what, index in queue]
-    # level by level, every layout left that could tie (in no order: the fastest is known), in large batches
-    waiting: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
+    # level by level, every layout left that could tie (in no order: the fastest is known), in large batches: the
+    # chunk shapes and chunks per shard of those that could at a level, each tested as its bound is worked out (the
+    # bounds themselves not kept: a search of millions of layouts spent seconds copying them)
+    waiting: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
     # a block's keys ascend, and a row's weighted sum is at least its key times the least factor: the rows past
-    # `slowest` over that factor cannot tie, nor can those whose weighted sum is past it (left before copying)
+    # `slowest` over that factor cannot tie (not tested)
     least = float(bounds.key_factors.min())
     reach = slowest / least * (1 + 1e-9) if least > 0 else math.inf
     for what, index in left:
@@ -312,8 +314,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             block = blocks[what]
             cut = int(np.searchsorted(block.key, reach, side="right"))
             if cut > index:
-                near = index + np.flatnonzero(block.rows[index:cut] @ bounds.key_factors <= slowest)
-                waiting[block.level].append((block.rows[near], block.owner[near], block.ks[near]))
+                near = index + np.flatnonzero(tied(block.rows[index:cut]))  # (a view of the rows: not copied)
+                waiting[block.level].append((block.owner[near], block.ks[near]))
     shapes_left = np.concatenate([shape_order[i:] for w, i in left if w == -2] + [np.zeros(0, dtype=np.int64)])
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
@@ -321,23 +323,22 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         listing(len(rows))
         bound, owner, ks = listed_shardings(rows)
         keep = tied(bound)
-        waiting[LISTED].append((bound[keep], owner[keep], ks[keep]))
+        waiting[LISTED].append((owner[keep], ks[keep]))
     plain_left = np.concatenate([plain_order[i:] for w, i in left if w == -1] + [np.zeros(0, dtype=np.int64)])
     todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
     for position, level in enumerate(LEVELS):
         if not waiting[level]:
             continue
-        bound, owner, ks = (np.concatenate([part[i] for part in waiting[level]]) for i in range(3))
+        owner, ks = (np.concatenate([part[i] for part in waiting[level]]) for i in range(2))
         waiting[level] = []
-        keep = tied(bound)
-        owner, ks = owner[keep], ks[keep]
         if level == RANGES:
             todo += [_sharded(tuple(int(c) for c in grid[o]), tuple(k)) for o, k in zip(owner.tolist(), ks.tolist(),
                                                                                         strict=True)]
             continue
         up = LEVELS[position + 1]
-        waiting[up] += [(listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up), owner[a:a + _BATCH], ks[a:a + _BATCH])
-                        for a in range(0, len(owner), _BATCH)]
+        for a in range(0, len(owner), _BATCH):
+            keep = tied(listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up))
+            waiting[up].append((owner[a:a + _BATCH][keep], ks[a:a + _BATCH][keep]))
     for layout in (lay for lay in todo if lay not in seeded):
         if budget is not None and costed >= budget:
             return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
