@@ -14,7 +14,7 @@ import pytest
 from xarray_zarrmax.advise import ranged
 from xarray_zarrmax.advise.counting import _stored_layout, coalesced_runs, count_read
 from xarray_zarrmax.advise.model import Layout, PointRead, Reader
-from xarray_zarrmax.advise.morton import box_offsets
+from xarray_zarrmax.advise.morton import block_offsets, box_offsets, whole_blocks
 from xarray_zarrmax.advise.ranged import Ranged, ranged_points, ranged_runs
 from xarray_zarrmax.core.geometry import Axis
 from xarray_zarrmax.tuning import STREAM_BYTES
@@ -437,3 +437,56 @@ def test_distinct_rows_are_told_apart_when_their_keys_collide() -> None:
     firsts, which = _distinct_rows(table)
     assert firsts.tolist() == [0, 1, 3]
     assert which.tolist() == [0, 1, 0, 2, 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_boxs_whole_blocks_are_ranks_in_a_row_holding_its_cells(seed: int) -> None:
+    """`morton.whole_blocks` groups a box's cells into blocks contiguous in the shard's order, and
+    `block_offsets` gives each block its first cell's rank and sizes before it (to the bit, as for the cell
+    alone), its stored cells (their ranks in a row) and their sizes summed: against every cell of the shard's whole
+    stored box (the general path). Boxes are drawn aligned and whole along their first dimensions, as a column
+    through a shard is, and at random."""
+    rng = np.random.default_rng(200 + seed)
+    widest = 1
+    for _ in range(60):
+        grid, chunks, extents = _random_shard(rng)
+        ndim = len(grid)
+        stored = np.asarray([-(-e // c) for e, c in zip(extents, chunks, strict=True)])
+        last = np.asarray([(e - (s - 1) * c) / c for e, s, c in zip(extents, stored, chunks, strict=True)])
+        cell_rank, cell_before, _ = (np.broadcast_to(a, (int(stored.prod()),)).reshape(tuple(stored)) for a in
+                                     box_offsets(np.zeros((1, ndim), dtype=np.int64), stored[None], stored[None],
+                                                 np.asarray([grid]), last[None]))
+        # a cell's size, by hand: the product of its last stored fractions
+        cell_own = np.ones(tuple(stored))
+        for d in range(ndim):
+            cell_own[(slice(None),) * d + (-1,)] *= last[d]
+        boxes = int(rng.integers(1, 8))
+        lo = (rng.uniform(size=(boxes, ndim)) * stored).astype(np.int64)
+        length = 1 + (rng.uniform(size=lo.shape) * (stored - lo)).astype(np.int64)
+        whole = rng.uniform(size=lo.shape) < 0.6  # whole along a dimension: its cells from 0 to the last stored
+        lo, length = np.where(whole, 0, lo), np.where(whole, stored, length)
+        aligned = 1 << rng.integers(0, 3, size=lo.shape)  # or aligned to 2 or 4
+        lo = np.where(~whole & (lo // aligned * aligned + aligned <= stored), lo // aligned * aligned, lo)
+        length = np.minimum(length, stored - lo)
+        tile = np.tile
+        width = whole_blocks(lo, length, tile(stored, (boxes, 1)), tile(grid, (boxes, 1)))
+        widest = max(widest, int(width.max()))
+        count = -(-length // width)
+        rank, before, own, held = block_offsets(lo, count, tile(stored, (boxes, 1)), tile(grid, (boxes, 1)),
+                                                tile(last, (boxes, 1)), width)
+        at = 0
+        for i in range(boxes):
+            covered = 0
+            for block in itertools.product(*[range(int(n)) for n in count[i]]):
+                first = lo[i] + np.asarray(block) * width[i]
+                cells = tuple(slice(int(a), int(min(a + w, lo_ + n)))
+                              for a, w, lo_, n in zip(first, width[i], lo[i], length[i], strict=True))
+                ranks = np.sort(cell_rank[cells].ravel())
+                np.testing.assert_array_equal(ranks, rank[at] + np.arange(held[at]))  # in a row, from the first
+                assert before[at] == cell_before[tuple(first)], (grid, extents, lo[i], length[i], width[i])
+                assert own[at] == pytest.approx(float(cell_own[cells].sum()), rel=1e-12)
+                covered += ranks.size
+                at += 1
+            assert covered == int(np.prod(length[i]))  # the blocks hold the box's cells, each once
+        assert at == rank.size
+    assert widest >= 4  # blocks of several cells were drawn

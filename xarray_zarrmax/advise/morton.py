@@ -71,26 +71,64 @@ def box_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np
     per-dimension ones, each depending on one coordinate: worked out per box for the box's few coordinates
     along each dimension, then combined (`_Levels`) from the last dimension to the first, as a box's cells are
     an outer product of its coordinates. O(bits x ndim) vector operations, whatever the grid's size."""
+    rank, before, own, _ = block_offsets(lo, length, stored, grid, last, np.ones_like(np.asarray(lo)))
+    return rank, before, own
+
+
+def whole_blocks(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Per box (as `box_offsets`) and dimension, the width of the blocks its cells fall into that each lie whole
+    in the box and together in the grid's Morton order: the longest run of the code's lowest bits (bit 0 of each
+    dimension in turn, then bit 1, ...) along whose dimension the box is whole blocks of the bit's span (from a
+    multiple of it, to a multiple of it or the last stored). A block's stored cells are then ranks in a row: a
+    read's gaps lie only between its blocks (a column through a shard's chunks along its first dimensions is
+    read as blocks of 2^k of them)."""
+    length = np.asarray(length, dtype=np.int64)
+    width = np.ones(length.shape, dtype=np.int64)
+    # a box of one cell is a block of one stored cell, whatever its width: only longer boxes are looked at
+    rows = np.flatnonzero((length > 1).any(axis=1))
+    lo, length, stored = (np.asarray(a, dtype=np.int64)[rows] for a in (lo, length, stored))
+    bits = _bit_length(np.asarray(grid, dtype=np.int64)[rows] - 1)
+    found = np.ones(lo.shape, dtype=np.int64)
+    going = np.ones(rows.size, dtype=bool)
+    for b in range(int(bits.max(initial=0))):
+        span = 1 << (b + 1)
+        for d in range(lo.shape[1]):
+            has = bits[:, d] > b  # the dimension holds a bit b: the next bit of the code
+            whole = (lo[:, d] % span == 0) & ((length[:, d] % span == 0) | (lo[:, d] + length[:, d] == stored[:, d]))
+            going &= ~has | whole
+            found[:, d] = np.where(going & has, span, found[:, d])
+        if not going.any():
+            break
+    width[rows] = found
+    return width
+
+
+def block_offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray, last: np.ndarray,
+                  width: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`box_offsets` of boxes of blocks (`whole_blocks`): ``length[i, d]`` blocks of ``width[i, d]`` cells along
+    each dimension from ``lo[i]`` (a multiple of the width), each block cut at ``stored``. Per block, box by box
+    and each in C order: the rank of its first cell, the sizes of the cells before it summed, its cells' sizes
+    summed, and its stored cells (ranks in a row from the first's)."""
     lo, length = np.asarray(lo, dtype=np.int64), np.asarray(length, dtype=np.int64)
     stored, grid = np.asarray(stored, dtype=np.int64), np.asarray(grid, dtype=np.int64)
-    last = np.asarray(last, dtype=np.float64)
-    if (length == 1).all():  # boxes of one cell each (a read of points along every dimension): no box repeats
-        return _offsets(lo, length, stored, grid, 1.0 - last)  # often enough to pay for finding them
+    last, width = np.asarray(last, dtype=np.float64), np.asarray(width, dtype=np.int64)
+    if (length == 1).all():  # boxes of one block each (a read of points along every dimension): no box repeats
+        return _offsets(lo, length, stored, grid, 1.0 - last, width)  # often enough to pay for finding them
     # boxes alike in every way have alike cells (a pointwise read crosses many shards at the same place in
     # each): each worked out once, then copied
-    firsts, which = _distinct_rows(np.concatenate([lo, length, stored, grid, last.view(np.int64)], axis=1))
-    found = _offsets(lo[firsts], length[firsts], stored[firsts], grid[firsts], 1.0 - last[firsts])
+    firsts, which = _distinct_rows(np.concatenate([lo, length, stored, grid, width, last.view(np.int64)], axis=1))
+    found = _offsets(lo[firsts], length[firsts], stored[firsts], grid[firsts], 1.0 - last[firsts], width[firsts])
     if firsts.size == lo.shape[0]:
         return found
     per_box = np.prod(length, axis=1)
-    start = (np.cumsum(per_box[firsts]) - per_box[firsts])[which]  # each box's first cell in ``found``
+    start = (np.cumsum(per_box[firsts]) - per_box[firsts])[which]  # each box's first block in ``found``
     at = np.repeat(start - (np.cumsum(per_box) - per_box), per_box) + np.arange(int(per_box.sum()))
-    return found[0][at], found[1][at], found[2][at]
+    return found[0][at], found[1][at], found[2][at], found[3][at]
 
 
-def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray,
-             short: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`box_offsets` of distinct boxes (``short``: what a dimension's last cell lacks of a whole one)."""
+def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.ndarray, short: np.ndarray,
+             width: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`block_offsets` of distinct boxes (``short``: what a dimension's last cell lacks of a whole one)."""
     boxes, ndim = lo.shape
     bits = _bit_length(grid - 1)
     # a dimension of one cell in every grid holds no bit (its boxes are one cell long): its size (the cell's)
@@ -99,8 +137,10 @@ def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.nd
     scale = np.prod(1.0 - short[:, [d for d in range(ndim) if d not in active]], axis=1)
     per_cell = np.repeat(scale, np.prod(length, axis=1))
     if not active:
-        return np.zeros(per_cell.size, dtype=np.int64), np.zeros(per_cell.size), per_cell
-    levels = _Levels(lo[:, active], length[:, active], stored[:, active], bits[:, active], short[:, active])
+        return (np.zeros(per_cell.size, dtype=np.int64), np.zeros(per_cell.size), per_cell,
+                np.ones(per_cell.size, dtype=np.int64))
+    levels = _Levels(lo[:, active], length[:, active], stored[:, active], bits[:, active], short[:, active],
+                     width[:, active])
     sized = bool((short[:, active] > 0).any())  # some cell smaller than a whole one: sizes summed apart
     top_level = int(bits.max(initial=0))
     # F(b + 1) per dimension: at the top, every value (the dimension's whole run)
@@ -115,8 +155,11 @@ def _offsets(lo: np.ndarray, length: np.ndarray, stored: np.ndarray, grid: np.nd
         rank += counts
         before += levels.combine(one, [f[1] for f in above], [f[1] for f in at]) if sized else counts
         above = at
-    own = levels.product([levels.own(j) for j in range(len(active))]) if sized else 1.0
-    return rank.astype(np.int64), before * per_cell, own * per_cell
+    blocks = bool((width[:, active] > 1).any())
+    held = levels.product([levels.held(j) for j in range(len(active))]) if blocks else 1.0
+    own = levels.product([levels.own(j) for j in range(len(active))]) if sized or blocks else held
+    return (rank.astype(np.int64), before * per_cell, own * per_cell,
+            np.broadcast_to(np.asarray(held), per_cell.shape).astype(np.int64))
 
 
 class _Levels:
@@ -127,27 +170,29 @@ class _Levels:
     products is built from the last dimension to the first in one pass, not once per dimension."""
 
     def __init__(self, lo: np.ndarray, length: np.ndarray, stored: np.ndarray, bits: np.ndarray,
-                 short: np.ndarray) -> None:
+                 short: np.ndarray, width: np.ndarray) -> None:
         boxes, m = lo.shape
-        self.values: list[np.ndarray] = []  # per dimension, each box's coordinates along it, box by box
-        self.tops: list[np.ndarray] = []  # and for each, its box's stored length, bits and last cell's lack
-        self.used: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []  # per dimension, each box's coordinates along it (its blocks' first)
+        self.tops: list[np.ndarray] = []  # and for each, its box's stored length, bits, last cell's lack and
+        self.used: list[np.ndarray] = []  # block width
         self.lacks: list[np.ndarray] = []
+        self.widths: list[np.ndarray] = []
         self.table: list[np.ndarray | None] = []
         self.child: list[np.ndarray | None] = []
-        if (length == 1).all():  # one cell a box: each table is the boxes' own, in order (no gather needed)
-            for mine, given in zip((self.values, self.tops, self.used, self.lacks), (lo, stored, bits, short),
-                                   strict=True):
+        if (length == 1).all():  # one block a box: each table is the boxes' own, in order (no gather needed)
+            for mine, given in zip((self.values, self.tops, self.used, self.lacks, self.widths),
+                                   (lo, stored, bits, short, width), strict=True):
                 mine.extend(np.ascontiguousarray(column) for column in given.T)
             self.table, self.child = [None] * m, [None] * m
             return
         for j in range(m):
             start = np.cumsum(length[:, j]) - length[:, j]
             owner = np.repeat(np.arange(boxes), length[:, j])
-            self.values.append(lo[owner, j] + np.arange(owner.size) - start[owner])
+            self.values.append(lo[owner, j] + (np.arange(owner.size) - start[owner]) * width[owner, j])
             self.tops.append(stored[owner, j])
             self.used.append(bits[owner, j])
             self.lacks.append(short[owner, j])
+            self.widths.append(width[owner, j])
         below = np.ones(boxes, dtype=np.int64)  # the cells of a box's dimensions after j
         below_start = np.zeros(boxes, dtype=np.int64)
         for j in range(m - 1, -1, -1):
@@ -174,9 +219,14 @@ class _Levels:
         1, else 0."""
         return ((b < self.used[j]) & (((self.values[j] >> b) & 1) == 1)) * float(1 << b)
 
+    def held(self, j: int) -> np.ndarray:
+        """Per coordinate along j, the stored values of its block (its width, cut at the last stored)."""
+        return np.minimum(self.widths[j], self.tops[j] - self.values[j])
+
     def own(self, j: int) -> np.ndarray:
-        """Per coordinate along j, its size: less where it is the last stored."""
-        return np.where(self.values[j] == self.tops[j] - 1, 1.0 - self.lacks[j], 1.0)
+        """Per coordinate along j, its block's sizes summed: less where it holds the last stored."""
+        held = self.held(j)
+        return np.where(self.values[j] + held == self.tops[j], held - self.lacks[j], held.astype(np.float64))
 
     def product(self, factors: list[np.ndarray]) -> np.ndarray:
         """Per cell, the product over dimensions of ``factors`` (one per coordinate, per dimension)."""

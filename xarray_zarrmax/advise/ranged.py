@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xarray_zarrmax.advise.morton import box_offsets
+from xarray_zarrmax.advise.morton import block_offsets, whole_blocks
 from xarray_zarrmax.tuning import MAX_WINDOW_OBJECTS, STREAM_BYTES
 
 
@@ -179,7 +179,7 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     """Per layout (indexed as given), the gaps too wide to merge, the bytes of those merged, the reads by
     ranges, and of the reads of a whole shard its bytes beyond the chunks touched and its parts beyond one, of
     the boxes of chunks given: each split by shard, and of each (group, shard) read by ranges, its chunks in the
-    shard's order (`morton.box_offsets`)."""
+    shard's order (`morton.block_offsets`, in blocks of chunks in a row)."""
     shape, chunks, outer = layouts.shape, layouts.chunks, layouts.outer
     k, ndim = chunks.shape
     per = outer // chunks  # (k, ndim): a shard's chunks along each dimension
@@ -251,21 +251,26 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     keep = (ranged & (pieces > 1))[read] & (True if gapped is None else gapped[row])
     if not keep.any():  # no read by ranges of more than one chunk: no gap to count
         return np.zeros(k), np.zeros(k), by_ranges, whole_extra, whole_parts
-    read, row, cells = read[keep], row[keep], cells[keep]
-    rank, before, own = box_offsets(lo[keep], length[keep], stored[keep], grid[keep], last[keep])
+    read, row = read[keep], row[keep]
+    # each box's chunks as blocks of chunks in a row in the shard's order (`morton.whole_blocks`: a column through
+    # a shard along its first dimensions reads blocks of 2^k chunks): gaps lie only between blocks
+    width = whole_blocks(lo[keep], length[keep], stored[keep], grid[keep])
+    count = -(-length[keep] // width)
+    cells = np.prod(count, axis=1)  # blocks a box
+    rank, before, own, held = block_offsets(lo[keep], count, stored[keep], grid[keep], last[keep], width)
     cell_read = np.repeat(read, cells)
     order = np.argsort(cell_read * int(rank.max(initial=0) + 1) + rank, kind="stable")  # by read, then rank
-    cell_read, rank, before, own = cell_read[order], rank[order], before[order], own[order]
-    new = np.ones(cell_read.size, dtype=bool)  # the first chunk of its read: no gap before it
+    cell_read, rank, before, own, held = cell_read[order], rank[order], before[order], own[order], held[order]
+    new = np.ones(cell_read.size, dtype=bool)  # the first block of its read: no gap before it
     new[1:] = cell_read[1:] != cell_read[:-1]
     cell_row = np.repeat(row, cells)[order]
     partial = np.repeat((last[keep] < 1).any(axis=1), cells)[order]  # a shard holding chunks of other sizes
     enc = layouts.chunk_enc[cell_row].astype(np.float64)
-    # the chunks between an entry and the one before it in its read, and their sizes summed (in whole chunks):
+    # the chunks between a block and the one before it in its read, and their sizes summed (in whole chunks):
     # stored at max(1, round(size x chunk_enc)) bytes each, so between size x chunk_enc - half a byte and a
     # byte more each, and at least a byte (in a shard of whole chunks only, each chunk_enc)
     between, sizes = np.zeros(cell_read.size), np.zeros(cell_read.size)
-    between[1:] = rank[1:] - rank[:-1] - 1
+    between[1:] = rank[1:] - rank[:-1] - held[:-1]
     sizes[1:] = before[1:] - before[:-1] - own[:-1]
     if layouts.compressed:  # (sums of fractions: a hair of rounding off, either way)
         slack = np.where(partial, 1e-9 * between * enc, 0.0)
