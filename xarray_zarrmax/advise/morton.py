@@ -1,6 +1,7 @@
 """zarr's Morton (Z) order of a shard's chunks, in numpy: the order of a whole grid (`morton_order`,
-`morton_permutation`), and the rank of the cells of given boxes in it without listing the grid (`box_offsets`). Pure
-arithmetic; the model (`counting`) and the search's bounds (`ranged`) lay shards out with it.
+`morton_permutation`), and the rank of the cells of given boxes in it without listing the grid (`box_offsets`; of
+blocks of cells in a row in it: `whole_blocks`, `block_offsets`). Pure arithmetic; the model (`counting`) and the
+search's bounds (`ranged`) lay shards out with it.
 """
 
 from __future__ import annotations
