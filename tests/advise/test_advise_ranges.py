@@ -391,6 +391,52 @@ def test_morton_offsets_of_boxes_alike_are_each_boxs_own() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_morton_offsets_of_boxes_of_many_grids_at_once_are_each_boxs_own(seed: int) -> None:
+    """A search's call mixes shards of a few chunks with shards of thousands, and works each bit of the code only
+    on the boxes whose grid holds it: each box's ranks (to the bit), sizes before and own sizes (of cells, and of
+    blocks) are those of the box worked out alone, whatever the order of the grids, with one-cell boxes among
+    them."""
+    rng = np.random.default_rng(300 + seed)
+    ndim = int(rng.integers(1, 5))
+    for _ in range(30):
+        lo, length, stored, grid, last = [], [], [], [], []
+        for _ in range(int(rng.integers(2, 7))):
+            g = rng.integers(1, 40 if ndim < 3 else 13, ndim)
+            c = rng.integers(1, 6, ndim)
+            extents = np.where(rng.uniform(size=ndim) < 0.5, g * c, 1 + (rng.uniform(size=ndim) * g * c).astype(int))
+            s = -(-extents // c)
+            for _ in range(int(rng.integers(1, 5))):
+                a = (rng.uniform(size=ndim) * s).astype(np.int64)
+                n = 1 + (rng.uniform(size=ndim) * (s - a)).astype(np.int64) if rng.integers(0, 3) else np.ones(ndim)
+                for given, value in zip((lo, length, stored, grid, last), (a, n, s, g, (extents - (s - 1) * c) / c),
+                                        strict=True):
+                    given.append(value)
+        lo, length, stored, grid, last = (np.asarray(v) for v in (lo, length, stored, grid, last))
+        length = length.astype(np.int64)
+        together = box_offsets(lo, length, stored, grid, last)
+        alone = [box_offsets(lo[i:i + 1], length[i:i + 1], stored[i:i + 1], grid[i:i + 1], last[i:i + 1])
+                 for i in range(lo.shape[0])]
+        _same(together, [np.concatenate(want) for want in zip(*alone, strict=True)])
+        width = whole_blocks(lo, length, stored, grid)
+        count = -(-length // width)
+        blocks = block_offsets(lo, count, stored, grid, last, width)
+        one_by_one = [block_offsets(lo[i:i + 1], count[i:i + 1], stored[i:i + 1], grid[i:i + 1], last[i:i + 1],
+                                    width[i:i + 1]) for i in range(lo.shape[0])]
+        _same(blocks, [np.concatenate(want) for want in zip(*one_by_one, strict=True)])
+
+
+def _same(got: tuple[np.ndarray, ...], want: list[np.ndarray]) -> None:
+    """Ranks (and stored cells) to the bit; sums of sizes to rounding (a dimension of one cell in every grid of a
+    call scales the sums after, not inside them)."""
+    assert len(got) == len(want)
+    for mine, theirs in zip(got, want, strict=True):
+        if mine.dtype.kind == "i":
+            np.testing.assert_array_equal(mine, theirs)
+        else:
+            np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_morton_offsets_of_one_cell_boxes_are_bitwise_those_of_the_cells_in_a_box(seed: int) -> None:
     """Boxes of one cell each (a read of points along every dimension) take their own path, with no gather and
     no search for repeats: each cell's rank, sizes before it and own size are, to the bit, those of the same cell
