@@ -154,6 +154,13 @@ REFINE_STEPS = 64
 #: proven searches of both validation sets and of every built-in pattern on a 4-D array cost at most 3,300
 #: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
 SEARCH_LAYOUTS = 5000
+#: The seconds the branch-and-bound search spends at most before it stops and reports how far it got, as at
+#: `SEARCH_LAYOUTS`: a safety net for reads whose proof costs bounds, not layouts (30 scattered points on a 4-D
+#: array under an object store's probe cost 8 layouts and took about 20 s to prove, 100 points minutes: mostly
+#: the Morton ranks of their chunks in millions of candidate shards). The proven searches of both validation
+#: sets and of every built-in pattern on a 4-D array took at most 2.5 s on this project's 2-core machine
+#: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
+SEARCH_SECONDS = 30.0
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
 DECODE_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 #: Decoded bytes of the variable the decoder and reader probes read (a block at its start, whatever its size:

@@ -1,13 +1,16 @@
-"""The layout search stops at its budget (`tuning.SEARCH_LAYOUTS`) and says how far it got: what it did not cost
-is never predicted faster than the floor it reports."""
+"""The layout search stops at its budgets (`tuning.SEARCH_LAYOUTS`, `tuning.SEARCH_SECONDS`) and says how far it
+got: what it did not cost is never predicted faster than the floor it reports."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
 import xarray as xr
 
 from xarray_zarrmax.advise import advisor
+from xarray_zarrmax.advise import search as search_module
 from xarray_zarrmax.advise.advisor import advise, search
 from xarray_zarrmax.advise.model import Costs, Reader
 
@@ -39,3 +42,62 @@ def test_the_report_says_whether_the_search_covered_the_grid(monkeypatch):
     assert "search: stopped after 10 layouts of the grid" in str(advise(ds, MIX, costs=costs, progress=False))
     monkeypatch.setattr(advisor, "SEARCH_LAYOUTS", None)
     assert "every other one is proven slower" in str(advise(ds, MIX, costs=costs, progress=False))
+
+
+class _Ticking:
+    """A clock that moves one second each time it is read: a search stopped at ``seconds`` has read it that many
+    times (its deadline checks), whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _timed(seconds: float | None, monkeypatch: pytest.MonkeyPatch, costs: Costs) -> tuple[list, object, _Ticking]:
+    clock = _Ticking()
+    monkeypatch.setattr(advisor, "SEARCH_LAYOUTS", None)
+    monkeypatch.setattr(advisor, "SEARCH_SECONDS", seconds)
+    monkeypatch.setattr(advisor, "branch_and_bound", functools.partial(search_module.branch_and_bound, clock=clock))
+    ranked, outcome = search(SHAPE, DIMS, 4, MIX, costs=costs, reader=Reader())
+    return ranked, outcome, clock
+
+
+# a wide spread: the second phase (what could tie with the fastest) has work to stop in
+_SPREAD = Costs(ratio=0.5, request_s=2e-4, chunk_s=2e-5, spread=(("latency_s", 0.5 * Costs().latency_s,
+                                                                   2 * Costs().latency_s), ("request_s", 1e-4, 4e-4)))
+
+
+@pytest.mark.parametrize("seconds", [1, 5, 40])
+def test_a_search_stopped_at_its_time_budget_first_reports_a_floor_nothing_left_beats(monkeypatch, seconds):
+    whole, complete, clock = _timed(None, monkeypatch, _SPREAD)
+    assert complete is not None and complete.complete and complete.stopped_by == ""
+    checks = clock.now - 1  # the deadline was read at the start, then once a check
+    assert checks > 40  # the budgets here stop it early
+    part, stopped, _ = _timed(seconds, monkeypatch, _SPREAD)
+    assert stopped is not None and not stopped.complete and stopped.stopped_by == "seconds"
+    assert not stopped.fastest_proven  # (145 checks in all: these stop in the first phase)
+    costed = {c.layout for c in part}
+    left = [c.score for c in whole if c.layout not in costed]
+    assert left and min(left) >= stopped.floor > 0  # the floor bounds every layout it left uncosted
+    assert min(c.score for c in part) >= min(c.score for c in whole)
+
+
+def test_a_search_stopped_at_its_time_budget_while_checking_ties_has_proven_the_fastest(monkeypatch):
+    whole, complete, clock = _timed(None, monkeypatch, _SPREAD)
+    part, stopped, _ = _timed(clock.now - 2, monkeypatch, _SPREAD)  # at its last check: in the second phase
+    assert stopped is not None and not stopped.complete and stopped.stopped_by == "seconds"
+    assert stopped.fastest_proven
+    assert min(c.score for c in part) == min(c.score for c in whole)
+
+
+def test_the_report_says_the_search_stopped_at_its_time_budget(monkeypatch):
+    ds = xr.Dataset({"v": (DIMS, np.zeros(SHAPE, dtype="f4"))})
+    monkeypatch.setattr(advisor, "SEARCH_SECONDS", 2)
+    monkeypatch.setattr(advisor, "branch_and_bound", functools.partial(search_module.branch_and_bound,
+                                                                       clock=_Ticking()))
+    text = str(advise(ds, MIX, costs=_SPREAD, progress=False))
+    assert "search: stopped at its time budget (tuning.SEARCH_SECONDS) after costing" in text
+    assert "none left uncosted is predicted faster than" in text

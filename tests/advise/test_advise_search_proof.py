@@ -198,7 +198,7 @@ def test_every_layout_left_uncosted_is_ruled_out_by_its_bound(seed: int, wide: b
     first_phase: list[float] = []
 
     def watched(shape_, grid, bounds, cost, progress, total, budget=None, polish=None, starts=1,  # type: ignore[no-untyped-def]
-                feasible=None):
+                feasible=None, seconds=None):  # (the proof, however long it takes: no time budget)
         def cost_seen(layout: Layout):  # type: ignore[no-untyped-def]
             costed[layout] = costed.get(layout, 0) + 1
             return cost(layout)
@@ -374,7 +374,7 @@ def test_refining_leaves_uncosted_only_neighbours_that_cannot_tie(seed: int, mon
         return near
 
     def watched(shape_, grid, bounds, cost, progress, total, budget=None, polish=None, starts=1,  # type: ignore[no-untyped-def]
-                feasible=None):
+                feasible=None, seconds=None):  # (the proof, however long it takes: no time budget)
         def polish_seen(ranked):  # type: ignore[no-untyped-def]
             polished.append(polish(ranked))
             return polished[-1]

@@ -67,6 +67,7 @@ from xarray_zarrmax.tuning import (
     REFINE_STEPS,
     SAMPLE_BYTES,
     SEARCH_LAYOUTS,
+    SEARCH_SECONDS,
 )
 
 
@@ -94,7 +95,7 @@ def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patter
     layouts that could beat, or tie with, the best are costed), then a local search from the best
     `REFINE_STARTS` (`neighbours`, each step to the best neighbour while it is better), for lengths off the
     ladders. The ranking holds the layouts costed. The grid's search stops after `tuning.SEARCH_LAYOUTS`
-    layouts, saying so (`SearchOutcome`).
+    layouts or `tuning.SEARCH_SECONDS` seconds, saying so (`SearchOutcome`).
 
     ``progress`` is called ``(done, total, what)`` as layouts are costed (see `deferred` for a bar that only
     shows when costing runs long).
@@ -197,7 +198,7 @@ def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patter
                                 constraints.max_objects)
 
         outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
-                                   REFINE_STARTS, feasible)
+                                   REFINE_STARTS, feasible, seconds=SEARCH_SECONDS)
         kept = [c for c in costed.values() if c is not None]
     else:
         kept = []

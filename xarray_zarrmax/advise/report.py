@@ -197,15 +197,21 @@ class AdviceReport:
         if self.search is not None and self.search.complete:
             lines.append(f"search: {self.search.costed} layouts of the grid costed; every other one is proven "
                          "slower than the fastest and not tied with it")
-        elif self.search is not None and self.search.fastest_proven:
-            lines.append(f"search: stopped after {self.search.costed} layouts of the grid (tuning.SEARCH_LAYOUTS) "
-                         "with the fastest proven; layouts that could tie with it were left uncosted")
         elif self.search is not None:
-            lines.append(f"search: stopped after {self.search.costed} layouts of the grid (tuning.SEARCH_LAYOUTS); "
-                         f"none left uncosted is predicted faster than {self.search.floor:.3g} s (the best: "
-                         f"{self.best.score:.3g} s)")
+            lines.append(f"search: stopped {_stopped(self.search)}"
+                         + ("with the fastest proven; layouts that could tie with it were left uncosted"
+                            if self.search.fastest_proven else
+                            f"none left uncosted is predicted faster than {self.search.floor:.3g} s (the best: "
+                            f"{self.best.score:.3g} s)"))
         lines.append(f"best: {self.best.encoding}")
         return "\n".join(lines)
+
+
+def _stopped(search: SearchOutcome) -> str:
+    """Where an incomplete search stopped, and at which budget of `tuning`."""
+    if search.stopped_by == "seconds":
+        return f"at its time budget (tuning.SEARCH_SECONDS) after costing {search.costed} layouts of the grid, "
+    return f"after {search.costed} layouts of the grid (tuning.SEARCH_LAYOUTS), "
 
 
 def _size(nbytes: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +24,16 @@ from xarray_zarrmax.advise.probe import Progress
 @dataclass(frozen=True, slots=True)
 class SearchOutcome:
     """How far the search went: the layouts it costed, and whether it covered the grid (every layout it left
-    uncosted is proven slower than the fastest and not tied with it); if it stopped at its budget, ``floor`` is
-    the least lower bound of what it left (no layout it did not cost is predicted faster), and
-    ``fastest_proven`` whether it had already proven the fastest (then only ties are left unchecked)."""
+    uncosted is proven slower than the fastest and not tied with it); if it stopped at a budget (``stopped_by``:
+    "layouts" costed, or "seconds" spent), ``floor`` is the least lower bound of what it left (no layout it did
+    not cost is predicted faster), and ``fastest_proven`` whether it had already proven the fastest (then only
+    ties are left unchecked)."""
 
     costed: int
     complete: bool
     floor: float = math.inf
     fastest_proven: bool = True  # stopped while costing what could tie: the fastest was already proven
+    stopped_by: str = ""  # "layouts" or "seconds": the budget it stopped at ("" when complete)
 
 
 def high(candidate: Any) -> float:
@@ -91,8 +94,8 @@ def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.n
 def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBounds,
                      cost: Callable[[Layout], Any], progress: Progress | None, total: int,
                      budget: int | None = None, polish: Callable[[list[Any]], Any] | None = None,
-                     starts: int = 1, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
-                     ) -> SearchOutcome:
+                     starts: int = 1, feasible: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                     seconds: float | None = None, clock: Callable[[], float] = time.monotonic) -> SearchOutcome:
     """Cost the grid's layouts (``grid``: its chunk shapes; `candidates.shard_options` of each) that could be
     the fastest or tie with it, best first by their lower bound (`SearchBounds`).
 
@@ -117,8 +120,18 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     So what is never costed is slower than the fastest and cannot be tied with it
     (`tests/advise/test_advise_search_proof.py` checks it against the whole grid). It stops after costing
-    ``budget`` layouts that meet the constraints (None: never), saying how far it got (`SearchOutcome`).
+    ``budget`` layouts that meet the constraints, or once ``seconds`` have passed on ``clock`` (None: never),
+    saying how far it got (`SearchOutcome`).
     """
+    deadline = math.inf if seconds is None else clock() + seconds
+
+    def stop() -> str:
+        """The budget spent, if any: "layouts" (``budget`` costed) or "seconds" (past the deadline); "" if
+        none."""
+        if budget is not None and costed >= budget:
+            return "layouts"
+        return "seconds" if clock() > deadline else ""
+
     k = len(grid)
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
     plain = bounds.terms(grid, grid, np.zeros(k, dtype=bool), np.ones(k), QUICK)
@@ -254,8 +267,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             if len(best) > starts:
                 heapq.heappop(best)
     while queue and queue[0][0] <= limit():
-        if budget is not None and costed >= budget:
-            return SearchOutcome(costed, False, queue[0][0], False)
+        if spent := stop():
+            return SearchOutcome(costed, False, queue[0][0], False, spent)
         _, _, what, index = heapq.heappop(queue)
         if bounding(what):
             # a bound to take up a level, with every other of a cheap level (`_GATHERED`) at the head of the
@@ -289,6 +302,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         return SearchOutcome(costed, True)
 
     # 2. what could tie with the fastest, of all that is left
+    def stopped(spent: str) -> SearchOutcome:  # with the fastest proven: what is left could only tie with it
+        return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True, spent)
+
     ranked = [c for _, _, c in sorted(best, key=lambda e: (-e[0], e[1]))]
     fastest = polish(ranked) if polish is not None else ranked[0]
     slowest = high(fastest)
@@ -310,6 +326,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     least = float(bounds.key_factors.min())
     reach = slowest / least * (1 + 1e-9) if least > 0 else math.inf
     for what, index in left:
+        if spent := stop():
+            return stopped(spent)
         if what >= 0:
             block = blocks[what]
             cut = int(np.searchsorted(block.key, reach, side="right"))
@@ -319,6 +337,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     shapes_left = np.concatenate([shape_order[i:] for w, i in left if w == -2] + [np.zeros(0, dtype=np.int64)])
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
+        if spent := stop():
+            return stopped(spent)
         rows = shapes_left[a:a + _LISTING]
         listing(len(rows))
         bound, owner, ks = listed_shardings(rows)
@@ -337,11 +357,13 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             continue
         up = LEVELS[position + 1]
         for a in range(0, len(owner), _BATCH):
+            if spent := stop():
+                return stopped(spent)
             keep = tied(listed(owner[a:a + _BATCH], ks[a:a + _BATCH], up))
             waiting[up].append((owner[a:a + _BATCH][keep], ks[a:a + _BATCH][keep]))
     for layout in (lay for lay in todo if lay not in seeded):
-        if budget is not None and costed >= budget:
-            return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True)
+        if spent := stop():
+            return stopped(spent)
         if cost(layout) is not None:
             costed += 1
     if progress is not None:
