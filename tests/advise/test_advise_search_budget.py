@@ -101,3 +101,13 @@ def test_the_report_says_the_search_stopped_at_its_time_budget(monkeypatch):
     text = str(advise(ds, MIX, costs=_SPREAD, progress=False))
     assert "search: stopped at its time budget (tuning.SEARCH_SECONDS) after costing" in text
     assert "none left uncosted is predicted faster than" in text
+
+
+def test_the_progress_bar_ends_saying_the_search_stopped(monkeypatch):
+    calls: list[tuple[int, int, str]] = []
+    monkeypatch.setattr(advisor, "SEARCH_SECONDS", 2)
+    monkeypatch.setattr(advisor, "branch_and_bound", functools.partial(search_module.branch_and_bound,
+                                                                       clock=_Ticking()))
+    search(SHAPE, DIMS, 4, MIX, costs=_SPREAD, reader=Reader(), progress=lambda *step: calls.append(step))
+    done, total, what = calls[-1]
+    assert done == total and what == "stopped: seconds budget"

@@ -215,7 +215,8 @@ def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patter
                                              list(candidate_layouts(shape, itemsize)) if searched
                                              else list(layouts or ())))
     if progress is not None and searched:
-        progress(total, total, "costed")
+        stopped = outcome is not None and not outcome.complete  # (the report says how far it got)
+        progress(total, total, f"stopped: {outcome.stopped_by} budget" if stopped and outcome else "costed")
     kept.sort(key=order)
     ranked = [c.scaled(exponent) for c in _tie_break(kept, costs, weights)]
     return ranked, None if outcome is None else replace(outcome, floor=math.ldexp(outcome.floor, exponent))
