@@ -111,3 +111,19 @@ def test_the_progress_bar_ends_saying_the_search_stopped(monkeypatch):
     search(SHAPE, DIMS, 4, MIX, costs=_SPREAD, reader=Reader(), progress=lambda *step: calls.append(step))
     done, total, what = calls[-1]
     assert done == total and what == "stopped: seconds budget"
+
+
+def test_a_search_out_of_time_before_any_layout_meets_the_constraints_goes_on_to_one(monkeypatch):
+    """A task-memory limit is checked as a layout is costed: the least bounded layouts can all break it. A search
+    stopped then would answer that no layout meets the constraints (a review found it); the time budget holds
+    only once one does."""
+    from xarray_zarrmax.advise import Constraints
+
+    monkeypatch.setattr(advisor, "SEARCH_LAYOUTS", None)
+    monkeypatch.setattr(advisor, "SEARCH_SECONDS", 1)
+    monkeypatch.setattr(advisor, "branch_and_bound", functools.partial(search_module.branch_and_bound,
+                                                                       clock=_Ticking()))
+    ranked, outcome = search((48, 36, 72), DIMS, 4, {"full-scan": 1.0}, costs=Costs(), reader=Reader(),
+                             constraints=Constraints(task_memory_bytes=4000))
+    assert outcome is not None and outcome.stopped_by == "seconds" and not outcome.complete
+    assert ranked and all(c.task_memory <= 4000 for c in ranked)

@@ -126,11 +126,12 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     deadline = math.inf if seconds is None else clock() + seconds
 
     def stop() -> str:
-        """The budget spent, if any: "layouts" (``budget`` costed) or "seconds" (past the deadline); "" if
-        none."""
+        """The budget spent, if any: "layouts" (``budget`` costed) or "seconds" (past the deadline, once a layout
+        that meets the constraints is costed: a search stopped with none would answer that none meets them); ""
+        if none."""
         if budget is not None and costed >= budget:
             return "layouts"
-        return "seconds" if clock() > deadline else ""
+        return "seconds" if costed and clock() > deadline else ""
 
     k = len(grid)
     whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
