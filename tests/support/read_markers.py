@@ -37,7 +37,11 @@ class ReadMarkers(WorkerPlugin):
 
         def marked(plan: Any, source: Any, axes: Any, token: str, *args: Any, **kwargs: Any) -> Any:
             tag = f"{os.getpid()}-{next(numbers)}"
-            (folder / f"start-{tag}").write_text(f"{source.label} {axes!r}")
+            # whole or not there: a worker killed between creating the file and writing it left an empty start
+            # mark, a read of no selection that no other worker could be seen to do again (a CI run failed so)
+            writing = folder / f"writing-{tag}"
+            writing.write_text(f"{source.label} {axes!r}")
+            os.replace(writing, folder / f"start-{tag}")
             out = read_selection(plan, source, axes, token, *args, **kwargs)
             (folder / f"end-{tag}").touch()
             return out
