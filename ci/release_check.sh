@@ -3,7 +3,7 @@
 #
 #   1. sdist and wheel built as a release is (`python -m build`: the wheel is built from the sdist, each in an
 #      isolated environment), then `twine check --strict` (metadata, README rendering);
-#   2. the wheel holds the package alone (no tests/, asv_bench/, docs/, ci/);
+#   2. the wheel holds the package alone (no tests/, asv_bench/, docs/, ci/), with its compiled part (setup.py);
 #   3. the wheel installed, not editable, with its dependencies from the index, into a fresh venv, and run from
 #      a folder outside the checkout: a small Zarr store read with engine="zarrmax" equals engine="zarr",
 #      `zarrmax --help` and `zarrmax info STORE` succeed;
@@ -107,6 +107,12 @@ if len(set(versions.values())) != 1:
     sys.exit(f"versions disagree: {versions}")
 if "zarrmax" not in xr.backends.list_engines():
     sys.exit(f"engine 'zarrmax' not registered with xarray; engines: {sorted(xr.backends.list_engines())}")
+# the one compiled part (setup.py): a release's wheel holds it, or the layout search runs its numpy forms
+from xarray_zarrmax.advise import kernels
+
+if kernels.KERNELS != "C":
+    sys.exit("the wheel lacks the compiled kernels (xarray_zarrmax/advise/_kernels.c): the layout search would use "
+             "their numpy forms, several times slower")
 
 # a small store: a sharded zstd variable, an unsharded one, coordinates and attributes
 rng = np.random.default_rng(0)

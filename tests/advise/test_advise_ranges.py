@@ -113,6 +113,7 @@ def _ranged_of_one(shape: tuple[int, ...], chunks: tuple[int, ...], outer: tuple
                        np.asarray([float(enc)]), compressed, fraction, gap, False, 4, several=several)
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("compressed", [True, False])
 @pytest.mark.parametrize("several", [False, True])
@@ -145,6 +146,7 @@ def test_ranged_runs_are_at_most_the_models_and_exact_where_chunk_sizes_are(seed
             assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, windows)
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("max_objects", [3, 10, 1 << 30])
 def test_a_batch_of_maps_counts_each_shard_it_crosses(seed: int, max_objects: int,
@@ -194,6 +196,7 @@ def _counts_of(kind: str, rows: np.ndarray, case: dict) -> Ranged:
     return ranged_runs(*layout, c["starts"], c["stops"], c["enc"][rows], *reading, several=kind != "boxes")
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(4))
 def test_many_layouts_at_once_count_as_each_alone(seed: int) -> None:
     """The search counts many layouts of one array in one call: each layout's counts are those of a call of its
@@ -232,6 +235,7 @@ def test_many_layouts_at_once_count_as_each_alone(seed: int) -> None:
                                                rtol=1e-12, err_msg=f"{field} of {layouts[i]} in {shape}, {kind}")
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("compressed", [True, False])
 def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: int, compressed: bool) -> None:
@@ -272,6 +276,7 @@ def test_ranged_points_count_a_pointwise_reads_fetches_as_the_model_does(seed: i
             assert (requests, nbytes) == (want_requests, want_bytes), (shape, chunks, outer, dims, points, box)
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(8))
 def test_a_pointwise_reads_requests_and_bytes_are_the_models_where_sizes_are_known(seed: int) -> None:
     """Against `count_read` itself: a pointwise read finds no index cached, so each shard it reads by ranges costs

@@ -80,6 +80,7 @@ def _below(row: np.ndarray, terms: dict[str, float]) -> bool:
     return True
 
 
+@pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(12))
 def test_every_bound_is_below_the_prediction_term_by_term(seed: int) -> None:
     """Was: the bound took a local read's decode on two threads (the model: one, below JOB_BYTES), counted a

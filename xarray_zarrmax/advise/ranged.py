@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.morton import block_offsets, whole_blocks
 from xarray_zarrmax.tuning import MAX_WINDOW_OBJECTS, STREAM_BYTES
 
@@ -251,43 +252,82 @@ def _runs(layouts: _Layouts, box_row: np.ndarray, group: np.ndarray, first: np.n
     keep = (ranged & (pieces > 1))[read] & (True if gapped is None else gapped[row])
     if not keep.any():  # no read by ranges of more than one chunk: no gap to count
         return np.zeros(k), np.zeros(k), by_ranges, whole_extra, whole_parts
-    read, row = read[keep], row[keep]
+    decoded = layouts.itemsize * np.prod(chunks.astype(np.float64), axis=1)  # a chunk's bytes, per layout
+    requests, gap_bytes = gap_counts(read[keep], row[keep], lo[keep], length[keep], stored[keep], grid[keep],
+                                     last[keep], pieces, read_weight, layouts.chunk_enc.astype(np.float64), decoded,
+                                     layouts.compressed, layouts.local, layouts.gap, float(STREAM_BYTES), k)
+    return requests, gap_bytes, by_ranges, whole_extra, whole_parts
+
+
+def gap_counts(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.ndarray, stored: np.ndarray,
+               grid: np.ndarray, last: np.ndarray, pieces: np.ndarray, read_weight: np.ndarray, chunk_enc: np.ndarray,
+               decoded: np.ndarray, compressed: bool, local: bool, gap: int, stream_bytes: float,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per layout (``k``), the gaps too wide to merge and the bytes of those merged, of boxes of chunks (``lo``,
+    ``length``, ``stored``, ``grid``, ``last``: ``(boxes, ndim)``, each inside its shard's stored chunks) each of a
+    ``read`` (ascending) of a layout ``row``: each read's chunks in the shard's order, as blocks of chunks in a row
+    (``pieces``: each read's chunks; ``read_weight``: the shards it stands for; ``chunk_enc`` and ``decoded``: a
+    chunk's stored and decoded bytes per layout; ``local``: a read of ``stream_bytes`` or more is read in capped
+    pieces, no gap's bytes known to be read). Compiled where the package was built so (`kernels`), else
+    `_gaps_numpy`: the same counts."""
+    if kernels.compiled is None:
+        return _gaps_numpy(read, row, lo, length, stored, grid, last, pieces, read_weight, chunk_enc, decoded,
+                           compressed, local, gap, stream_bytes, k)
+    requests, gap_bytes = np.zeros(k), np.zeros(k)
+
+    def ints(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    def floats(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    kernels.compiled.gap_counts(int(np.shape(read)[0]), ints(read), ints(row), ints(lo), ints(length), ints(stored),
+                         ints(grid), floats(last), floats(pieces), floats(read_weight), floats(chunk_enc),
+                         floats(decoded), bool(compressed), bool(local), int(gap), float(stream_bytes), requests,
+                         gap_bytes)
+    return requests, gap_bytes
+
+
+def _gaps_numpy(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.ndarray, stored: np.ndarray,
+                grid: np.ndarray, last: np.ndarray, pieces: np.ndarray, read_weight: np.ndarray,
+                chunk_enc: np.ndarray, decoded: np.ndarray, compressed: bool, local: bool, gap: int,
+                stream_bytes: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`gap_counts` in numpy: the reference its compiled form is held to, and the count where it was not built."""
     # each box's chunks as blocks of chunks in a row in the shard's order (`morton.whole_blocks`: a column through
     # a shard along its first dimensions reads blocks of 2^k chunks): gaps lie only between blocks
-    width = whole_blocks(lo[keep], length[keep], stored[keep], grid[keep])
-    count = -(-length[keep] // width)
+    width = whole_blocks(lo, length, stored, grid)
+    count = -(-length // width)
     cells = np.prod(count, axis=1)  # blocks a box
-    rank, before, own, held = block_offsets(lo[keep], count, stored[keep], grid[keep], last[keep], width)
+    rank, before, own, held = block_offsets(lo, count, stored, grid, last, width)
     cell_read = np.repeat(read, cells)
     order = np.argsort(cell_read * int(rank.max(initial=0) + 1) + rank, kind="stable")  # by read, then rank
     cell_read, rank, before, own, held = cell_read[order], rank[order], before[order], own[order], held[order]
     new = np.ones(cell_read.size, dtype=bool)  # the first block of its read: no gap before it
     new[1:] = cell_read[1:] != cell_read[:-1]
     cell_row = np.repeat(row, cells)[order]
-    partial = np.repeat((last[keep] < 1).any(axis=1), cells)[order]  # a shard holding chunks of other sizes
-    enc = layouts.chunk_enc[cell_row].astype(np.float64)
+    partial = np.repeat((last < 1).any(axis=1), cells)[order]  # a shard holding chunks of other sizes
+    enc = chunk_enc[cell_row]
     # the chunks between a block and the one before it in its read, and their sizes summed (in whole chunks):
     # stored at max(1, round(size x chunk_enc)) bytes each, so between size x chunk_enc - half a byte and a
     # byte more each, and at least a byte (in a shard of whole chunks only, each chunk_enc)
     between, sizes = np.zeros(cell_read.size), np.zeros(cell_read.size)
     between[1:] = rank[1:] - rank[:-1] - held[:-1]
     sizes[1:] = before[1:] - before[:-1] - own[:-1]
-    if layouts.compressed:  # (sums of fractions: a hair of rounding off, either way)
+    if compressed:  # (sums of fractions: a hair of rounding off, either way)
         slack = np.where(partial, 1e-9 * between * enc, 0.0)
         rounding = np.where(partial, between, 0.0)
         least = np.where(between > 0, np.maximum(between, sizes * enc - 0.5 * rounding - slack), 0.0)
         most = np.where(between > 0, sizes * enc + rounding + slack, 0.0)
     else:
         least = most = between * enc
-    unmerged = ~new & (least > layouts.gap)  # too wide to merge, whatever the rounding
-    merged = ~new & (most <= layouts.gap)  # merged whatever it is
-    if layouts.local:  # read in capped pieces: no more bytes known to be read
-        decoded = layouts.itemsize * np.prod(chunks.astype(np.float64), axis=1)
-        merged &= (pieces[cell_read] * decoded[cell_row] < STREAM_BYTES)
+    unmerged = ~new & (least > gap)  # too wide to merge, whatever the rounding
+    merged = ~new & (most <= gap)  # merged whatever it is
+    if local:  # read in capped pieces: no more bytes known to be read
+        merged &= (pieces[cell_read] * decoded[cell_row] < stream_bytes)
     cell_weight = read_weight[cell_read]
     requests = np.bincount(cell_row[unmerged], weights=cell_weight[unmerged], minlength=k)
     gap_bytes = np.bincount(cell_row[merged], weights=least[merged] * cell_weight[merged], minlength=k)
-    return requests, gap_bytes, by_ranges, whole_extra, whole_parts
+    return requests, gap_bytes
 
 
 def _touched_again(layout: np.ndarray, group: np.ndarray, shard: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
+
 
 @dataclass(frozen=True, slots=True)
 class Revisits:
@@ -67,7 +69,8 @@ def revisits(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_objec
         at = by_box[a:a + min(step, 256)]
         a += at.size
         rows = countable[at]
-        waits[at], first[at], ranged_first[at], whole_extra[at], parts[at], splits[at] = _block(
+        block = _block if kernels.compiled is not None else _block_numpy
+        waits[at], first[at], ranged_first[at], whole_extra[at], parts[at], splits[at] = block(
             shape, chunks[rows], outer[rows], per_object[rows], lo[rows], hi[rows], starts, stops, span[rows],
             int(boxes[at].max()), full_shard_fraction, chunk_enc[rows], compressed, index_bytes[rows], split_size)
     if local:
@@ -79,7 +82,33 @@ def _block(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object:
            hi: np.ndarray, starts: np.ndarray, stops: np.ndarray, span: np.ndarray, entries: int, fraction: float,
            chunk_enc: np.ndarray, compressed: bool, index_bytes: np.ndarray,
            split_size: int | None) -> tuple[np.ndarray, ...]:
-    """`revisits` of a block of layouts, each selection's shards at most ``entries`` (``span``'s product)."""
+    """`_block_numpy`, compiled (`kernels`): the same counts."""
+    assert kernels.compiled is not None
+    r, windows, ndim = lo.shape
+    waits, splits = np.zeros((r, windows), dtype=bool), np.zeros((r, windows), dtype=bool)
+    first, ranged_first = np.zeros(r, dtype=np.int64), np.zeros(r, dtype=np.int64)
+    whole_extra, parts = np.zeros(r), np.zeros(r)
+
+    def ints(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    def floats(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float64)
+
+    kernels.compiled.first_touches(r, windows, ndim, ints(shape), ints(chunks), ints(outer), floats(per_object),
+                                   ints(lo), ints(hi), ints(starts), ints(stops), ints(span), floats(chunk_enc),
+                                   floats(index_bytes), float(fraction), bool(compressed),
+                                   -1 if split_size is None else int(split_size), waits, first, ranged_first,
+                                   whole_extra, parts, splits)
+    return waits, first, ranged_first, whole_extra, parts, splits
+
+
+def _block_numpy(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, starts: np.ndarray, stops: np.ndarray, span: np.ndarray, entries: int,
+                 fraction: float, chunk_enc: np.ndarray, compressed: bool, index_bytes: np.ndarray,
+                 split_size: int | None) -> tuple[np.ndarray, ...]:
+    """`revisits` of a block of layouts, each selection's shards at most ``entries`` (``span``'s product): the
+    reference the compiled form (`_block`) is held to, and the count where it was not built."""
     r, windows, ndim = lo.shape
     grid = -(-shape[None] // outer)  # (r, ndim) shards along each dimension
     e = np.arange(entries)[None, None, :]

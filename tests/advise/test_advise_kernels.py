@@ -1,0 +1,158 @@
+"""Issue 42, cause 3: the search's two costliest bounds are compiled (`advise/_kernels.c`, built by setup.py where a
+C compiler is at hand: `advise.kernels`) and must count exactly what their numpy forms count: the gaps a read leaves
+in a shard (`ranged.gap_counts`, `ranged._gaps_numpy`) and the shards a batch touches first (`revisits`,
+`revisits._block_numpy`). The numpy forms are checked against the model (tests/advise/test_advise_ranges.py and
+test_advise_search_proof.py run under both: the `bound_kernels` fixture)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from xarray_zarrmax.advise import kernels, ranged, revisits
+
+#: CI builds the package with a compiler: there the compiled count must exist, never be skipped
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+compiled = pytest.mark.skipif(kernels.compiled is None and not IN_CI,
+                              reason="xarray_zarrmax.advise._kernels not built here (no C compiler at install)")
+
+
+def test_ci_builds_the_compiled_kernels() -> None:
+    """The suite in CI runs the search with the compiled kernels, as a release's wheel holds them
+    (ci/release_check.sh checks the wheel)."""
+    if not IN_CI:
+        pytest.skip("checked in CI (CI=true), where the package is built with a C compiler")
+    assert kernels.KERNELS == "C"
+
+
+def _random_reads(rng: np.random.Generator) -> tuple:
+    """`gap_counts`' arguments for random reads: per read a shard (a random grid, its stored chunks cut at the
+    array's edge, the last chunk along a dimension partly outside it) and 1-3 disjoint boxes of chunks in it (a
+    batch's windows, a pointwise read's chunks), of a random layout."""
+    ndim, k = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    reads = int(rng.integers(1, 7))
+    read, row, lo, length, stored, grid, last = [], [], [], [], [], [], []
+    pieces = np.zeros(reads)
+    for r in range(reads):
+        g = rng.integers(1, 12, ndim)
+        s = np.asarray([int(rng.integers(1, n + 1)) if rng.integers(0, 3) == 0 else int(n) for n in g])
+        partial = rng.integers(0, 3, ndim) == 0
+        frac = np.where(partial, rng.choice([0.25, 0.5, 0.75], ndim), 1.0)
+        taken: list[tuple[np.ndarray, np.ndarray]] = []
+        layout = int(rng.integers(0, k))
+        for _ in range(int(rng.integers(1, 4))):
+            a = np.asarray([int(rng.integers(0, n)) for n in s])
+            n = np.asarray([int(rng.integers(1, m - x + 1)) for m, x in zip(s, a, strict=True)])
+            if any(np.all((a < b + m) & (b < a + n)) for b, m in taken):
+                continue  # a read's boxes are disjoint
+            taken.append((a, n))
+            read.append(r), row.append(layout), lo.append(a), length.append(n), stored.append(s), grid.append(g)
+            last.append(frac)
+            pieces[r] += float(np.prod(n))
+    arrays = [np.asarray(x, dtype=np.int64).reshape(len(read), -1) for x in (lo, length, stored, grid)]
+    return (np.asarray(read, dtype=np.int64), np.asarray(row, dtype=np.int64), *arrays,
+            np.asarray(last, dtype=np.float64).reshape(len(read), -1), pieces,
+            rng.choice([1.0, 2.0, 5.0], reads), rng.choice([1.0, 7.0, 1000.0, 4096.0], k),
+            rng.choice([4.0, 1e6, 1e9], k), bool(rng.integers(0, 2)), bool(rng.integers(0, 2)),
+            int(rng.choice([0, 1, 150, 5000, 10**6])), float(rng.choice([1e3, 1e7])), k)
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_gap_count_is_the_numpy_one(seed: int) -> None:
+    """Random reads of random shards (grids not powers of two, chunks cut at the array's edge, boxes wide and
+    one chunk long, several a read, compressed or not, local reads capped or not): the same requests, and the
+    same bytes merged but for the last bits of their sums (the sizes before a block are summed in another
+    order)."""
+    rng = np.random.default_rng(4200 + seed)
+    gaps = 0
+    for _ in range(300):
+        args = _random_reads(rng)
+        want = ranged._gaps_numpy(*args)
+        got = ranged.gap_counts(*args)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-9)
+        gaps += int((want[0] > 0).sum() + (want[1] > 0).sum())
+    assert gaps > 100  # the reads leave gaps, merged and not: the check is not of zeros
+
+
+@compiled
+def test_the_compiled_gap_count_refuses_what_it_would_read_out_of_bounds() -> None:
+    """A box outside its shard's stored chunks, reads out of order, a read or layout past the arrays, an array
+    of the wrong length: a ValueError naming what, never a read out of bounds."""
+    args = list(_random_reads(np.random.default_rng(7)))
+    ranged.gap_counts(*args)  # as made: fine
+
+    def refused(at: int, value: object, match: str) -> None:
+        bad = list(args)
+        bad[at] = value
+        with pytest.raises(ValueError, match=match):
+            ranged.gap_counts(*bad)
+
+    n = args[0].size
+    refused(2, args[2] + args[4], "outside its shard")  # lo past the stored chunks
+    refused(3, args[3] + 100, "outside its shard")  # too long
+    refused(1, args[1] + 99, "out of range")  # a layout past k
+    refused(0, args[0] + 50, "out of range")  # a read past pieces
+    if n > 1 and args[0][0] != args[0][-1]:
+        refused(0, args[0][::-1].copy(), "not ascending")
+    refused(8, args[8][:-1] if args[8].size > 1 else np.zeros(3), "read_weight holds")
+
+
+def _random_batch(rng: np.random.Generator) -> tuple:
+    """`revisits`' arguments for a random batch over random sharded layouts: windows of every shape (one element
+    long, whole, across shard edges), some read again, shards cut at the array's edge, a local or remote store."""
+    ndim, k = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+    shape = rng.integers(3, 40, ndim)
+    chunks = np.stack([rng.integers(1, n + 1, k) for n in shape], axis=1)
+    per = np.stack([rng.integers(1, 6, k) for _ in shape], axis=1)
+    windows = int(rng.integers(1, 9))
+    lengths = np.stack([rng.integers(1, n + 1, windows) for n in shape], axis=1)
+    starts = np.stack([rng.integers(0, n - lengths[:, d] + 1) for d, n in enumerate(shape)], axis=1)
+    again = rng.integers(0, windows, int(rng.integers(0, windows + 1)))
+    stops = starts + lengths
+    starts, stops = np.concatenate([starts, starts[again]]), np.concatenate([stops, stops[again]])
+    enc = rng.choice([1.0, 3.0, 100.0, 4096.0], k)
+    split = None if rng.integers(0, 2) else int(rng.choice([1, 50, 1000]))
+    return (shape, chunks, per * chunks, np.prod(per, axis=1).astype(np.float64), starts, stops,
+            float(rng.choice([0.25, 0.5, 1.0])), enc, bool(rng.integers(0, 2)), 16.0 * np.prod(per, axis=1) + 4,
+            split, bool(rng.integers(0, 2)))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_first_touches_are_the_numpy_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random batches over random sharded layouts: the same selections waiting for an index, shards and indexes
+    counted, whole shards' untouched bytes and parts (to the bit: summed in one order) and splits."""
+    rng = np.random.default_rng(4300 + seed)
+    seen = 0
+    for _ in range(150):
+        args = _random_batch(rng)
+        got = revisits.revisits(*args)
+        with monkeypatch.context() as m:
+            m.setattr(kernels, "compiled", None)
+            want = revisits.revisits(*args)
+        for field in ("rows", "waits", "first", "ranged_first", "whole_extra", "parts", "splits"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)
+        seen += int(want.waits.sum() + (want.whole_extra > 0).sum() + (want.parts > 0).sum())
+    assert seen > 100  # indexes waited for, shards read whole and in parts: the check is not of zeros
+
+
+@compiled
+def test_the_compiled_first_touches_refuse_arrays_of_the_wrong_size() -> None:
+    """An array that does not hold a number per layout (or window) as the counts say: a ValueError naming it."""
+    shape, chunks, outer = np.asarray([8]), np.asarray([[2]]), np.asarray([[4]])
+    lo, hi, starts, stops = np.zeros((1, 1, 1)), np.ones((1, 1, 1)), np.asarray([[0]]), np.asarray([[8]])
+    out = (np.zeros((1, 1), dtype=bool), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1),
+           np.zeros(1), np.zeros((1, 1), dtype=bool))
+    assert kernels.compiled is not None
+    kernels.compiled.first_touches(1, 1, 1, shape, chunks, outer, np.asarray([2.0]), lo.astype(np.int64),
+                                   hi.astype(np.int64), starts, stops, np.asarray([[2]]), np.asarray([5.0]),
+                                   np.asarray([36.0]), 1.0, True, -1, *out)
+    assert out[1][0] == 2  # the window's two shards, each touched first
+    with pytest.raises(ValueError, match="first_touches: span holds 16 bytes, expected 8"):
+        kernels.compiled.first_touches(1, 1, 1, shape, chunks, outer, np.asarray([2.0]), lo.astype(np.int64),
+                                       hi.astype(np.int64), starts, stops, np.asarray([[2, 2]]), np.asarray([5.0]),
+                                       np.asarray([36.0]), 1.0, True, -1, *out)

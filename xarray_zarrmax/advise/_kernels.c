@@ -1,0 +1,454 @@
+/* The layout search's two costliest bounds, compiled: each the same count as its numpy form (the reference the tests
+ * hold it to), in one pass and nothing built per item but its own numbers. Optional: where no C compiler is at hand
+ * the package installs without it (setup.py) and the search uses the numpy forms (advise/kernels.py says which).
+ *
+ * gap_counts (ranged._gaps_numpy): the gaps a read leaves between the chunks it takes from a shard, over the blocks of
+ * chunks in a row (morton.whole_blocks). A block's rank in the shard's Morton order, and the sizes of the stored
+ * chunks before it, are sums over the code's bits of per-dimension products (morton.box_offsets says why). A box's
+ * blocks are visited in C order, so those products are carried dimension by dimension, one row of state per
+ * dimension fixed (fix): a block costs O(bits) for its last dimension.
+ *
+ * first_touches (revisits._block_numpy): per layout, the shards a sequence of box selections touches for the first
+ * time, each selection's shards listed and sorted by their place in the shard grid.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+
+static int bit_length(int64_t n) {
+    int bits = 0;
+    while (n > 0) {
+        bits++;
+        n >>= 1;
+    }
+    return bits;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+typedef struct {
+    int64_t rank;  /* of the block's first chunk */
+    double before; /* the sizes (in whole chunks) of the chunks before it */
+    double own;    /* its chunks' sizes */
+    int64_t held;  /* its stored chunks */
+    int partial;   /* its shard holds chunks of other sizes */
+    int64_t at;    /* its place in the read, for a stable sort */
+} Block;
+
+static int by_rank(const void *a, const void *b) {
+    const Block *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->at < y->at ? -1 : (x->at > y->at);
+}
+
+/* Row j + 1 of the state from row j, with coordinate v along dimension j (n stored values, the last lacking `lack`
+ * of a whole one; `used` bits; blocks `width` wide). Per bit b below `top`: count_sum/size_sum the rank and
+ * sizes-before terms of dimensions <= j; count_prod/size_prod the product over them of the values sharing bits
+ * >= b + 1; held/own the block's stored cells and their sizes over them. */
+static void fix(int j, int64_t v, int64_t n, double lack, int used, int64_t width, int top, double *count_sum,
+                double *size_sum, double *count_prod, double *size_prod, int64_t *held, double *own) {
+    double *cs = count_sum + (size_t)j * top, *ss = size_sum + (size_t)j * top;
+    double *cp = count_prod + (size_t)j * top, *sp = size_prod + (size_t)j * top;
+    int f = top < used ? top : used;
+    int64_t prefix = (v >> f) << f;
+    double above = (double)min64(n - prefix, (int64_t)1 << f); /* values sharing the bits >= b + 1 */
+    double above_size = prefix + (int64_t)above == n ? above - lack : above;
+    for (int b = top - 1; b >= 0; b--) {
+        f = b < used ? b : used;
+        prefix = (v >> f) << f;
+        double at = (double)min64(n - prefix, (int64_t)1 << f); /* values sharing the bits >= b */
+        double at_size = prefix + (int64_t)at == n ? at - lack : at;
+        double one = (b < used && ((v >> b) & 1)) ? (double)((int64_t)1 << b) : 0.0; /* below at bit b */
+        cs[top + b] = cs[b] * at + cp[b] * one;
+        ss[top + b] = ss[b] * at_size + sp[b] * one;
+        cp[top + b] = cp[b] * above;
+        sp[top + b] = sp[b] * above_size;
+        above = at;
+        above_size = at_size;
+    }
+    int64_t h = min64(width, n - v);
+    held[j + 1] = held[j] * h;
+    own[j + 1] = own[j] * (v + h == n ? (double)h - lack : (double)h);
+}
+
+/* morton.whole_blocks of one box: per dimension, the width of the blocks its cells fall into. */
+static void block_widths(const int64_t *lo, const int64_t *length, const int64_t *stored, const int64_t *grid,
+                         int ndim, int64_t *width) {
+    int longer = 0, top = 0;
+    for (int d = 0; d < ndim; d++) {
+        width[d] = 1;
+        longer |= length[d] > 1;
+        int used = bit_length(grid[d] - 1);
+        top = used > top ? used : top;
+    }
+    if (!longer) return; /* a box of one cell is a block of one stored cell */
+    for (int b = 0; b < top; b++) {
+        int64_t span = (int64_t)1 << (b + 1);
+        for (int d = 0; d < ndim; d++) {
+            if (bit_length(grid[d] - 1) <= b) continue;
+            if (lo[d] % span != 0 || (length[d] % span != 0 && lo[d] + length[d] != stored[d])) return;
+            width[d] = span;
+        }
+    }
+}
+
+typedef struct {
+    Py_buffer read, row, lo, length, stored, grid, last, pieces, weight, enc, decoded, requests, gap_bytes;
+} Buffers;
+
+/* whether buffer b holds `items` 8-byte numbers; if not, a ValueError naming it */
+static int sized(Py_buffer *b, Py_ssize_t items, const char *name) {
+    if (b->len != items * 8) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zd", name, b->len, items * 8);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *gap_counts(PyObject *self, PyObject *args) {
+    (void)self;
+    Buffers B;
+    int compressed, local, ndim;
+    long long gap;
+    double stream_bytes;
+    Py_ssize_t boxes;
+    if (!PyArg_ParseTuple(args, "ny*y*y*y*y*y*y*y*y*y*y*ppLdw*w*", &boxes, &B.read, &B.row, &B.lo, &B.length,
+                          &B.stored, &B.grid, &B.last, &B.pieces, &B.weight, &B.enc, &B.decoded, &compressed, &local,
+                          &gap, &stream_bytes, &B.requests, &B.gap_bytes))
+        return NULL;
+    PyObject *result = NULL;
+    Block *blocks = NULL;
+    double *state = NULL;
+    Py_ssize_t k = B.enc.len / 8, reads = B.pieces.len / 8;
+    ndim = boxes ? (int)(B.lo.len / 8 / boxes) : 0;
+    if (!(sized(&B.read, boxes, "gap_counts: read") &&
+          sized(&B.row, boxes, "gap_counts: row") &&
+          sized(&B.lo, boxes * ndim, "gap_counts: lo") &&
+          sized(&B.length, boxes * ndim, "gap_counts: length") &&
+          sized(&B.stored, boxes * ndim, "gap_counts: stored") &&
+          sized(&B.grid, boxes * ndim, "gap_counts: grid") &&
+          sized(&B.last, boxes * ndim, "gap_counts: last") &&
+          sized(&B.weight, reads, "gap_counts: read_weight") &&
+          sized(&B.decoded, k, "gap_counts: decoded") &&
+          sized(&B.requests, k, "gap_counts: requests") &&
+          sized(&B.gap_bytes, k, "gap_counts: gap_bytes")))
+        goto done;
+    const int64_t *read = B.read.buf, *row = B.row.buf, *lo = B.lo.buf, *length = B.length.buf;
+    const int64_t *stored = B.stored.buf, *grid = B.grid.buf;
+    const double *last = B.last.buf, *pieces = B.pieces.buf, *weights = B.weight.buf, *enc_of = B.enc.buf;
+    const double *decoded = B.decoded.buf;
+    double *requests = B.requests.buf, *gap_bytes = B.gap_bytes.buf;
+    int top_all = 1;
+    for (Py_ssize_t i = 0; i < boxes; i++) {
+        if (read[i] < 0 || read[i] >= reads || row[i] < 0 || row[i] >= k || (i && read[i] < read[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "gap_counts: a read or row out of range, or reads not ascending");
+            goto done;
+        }
+        for (int d = 0; d < ndim; d++) {
+            const Py_ssize_t at = i * ndim + d;
+            if (grid[at] < 1 || stored[at] < 1 || stored[at] > grid[at] || lo[at] < 0 || length[at] < 1 ||
+                lo[at] + length[at] > stored[at]) {
+                PyErr_SetString(PyExc_ValueError, "gap_counts: a box outside its shard's stored chunks");
+                goto done;
+            }
+            int used = bit_length(grid[at] - 1);
+            top_all = used > top_all ? used : top_all;
+        }
+    }
+    /* state: count_sum, size_sum, count_prod, size_prod ((ndim + 1) x top_all each), then per dimension its bits,
+     * step, width, blocks and lack, and held and own ((ndim + 1) each) */
+    size_t rows = (size_t)(ndim + 1) * top_all;
+    state = malloc(sizeof(double) * (4 * rows + 2 * (size_t)(ndim + 1)) + sizeof(int64_t) * 5 * (size_t)(ndim + 1));
+    if (!state) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    double *count_sum = state, *size_sum = state + rows, *count_prod = state + 2 * rows, *size_prod = state + 3 * rows;
+    double *own = state + 4 * rows, *lack = own + ndim + 1;
+    int64_t *held = (int64_t *)(lack + ndim + 1), *step = held + ndim + 1, *width = step + ndim + 1;
+    int64_t *count = width + ndim + 1, *used = count + ndim + 1;
+    size_t capacity = 0;
+    Py_ssize_t begin = 0;
+    while (begin < boxes) {
+        Py_ssize_t end = begin;
+        size_t total = 0; /* the read's blocks */
+        while (end < boxes && read[end] == read[begin]) {
+            block_widths(lo + end * ndim, length + end * ndim, stored + end * ndim, grid + end * ndim, ndim, width);
+            size_t n = 1;
+            for (int d = 0; d < ndim; d++) n *= (size_t)((length[end * ndim + d] + width[d] - 1) / width[d]);
+            total += n;
+            end++;
+        }
+        if (total > capacity) {
+            Block *grown = realloc(blocks, sizeof(Block) * total);
+            if (!grown) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            blocks = grown;
+            capacity = total;
+        }
+        size_t at = 0;
+        for (Py_ssize_t i = begin; i < end; i++) {
+            const int64_t *lo_i = lo + i * ndim, *stored_i = stored + i * ndim, *grid_i = grid + i * ndim;
+            const double *last_i = last + i * ndim;
+            block_widths(lo_i, length + i * ndim, stored_i, grid_i, ndim, width);
+            int top = 0, partial = 0;
+            for (int d = 0; d < ndim; d++) {
+                used[d] = bit_length(grid_i[d] - 1);
+                top = used[d] > top ? (int)used[d] : top;
+                count[d] = (length[i * ndim + d] + width[d] - 1) / width[d];
+                step[d] = 0;
+                lack[d] = 1.0 - last_i[d];
+                partial |= last_i[d] < 1;
+            }
+            for (int b = 0; b < top; b++) {
+                count_sum[b] = size_sum[b] = 0.0;
+                count_prod[b] = size_prod[b] = 1.0;
+            }
+            held[0] = 1;
+            own[0] = 1.0;
+            for (int j = 0; j < ndim; j++)
+                fix(j, lo_i[j], stored_i[j], lack[j], (int)used[j], width[j], top, count_sum, size_sum, count_prod,
+                    size_prod, held, own);
+            for (;;) {
+                double rank = 0.0, before = 0.0;
+                for (int b = 0; b < top; b++) {
+                    rank += count_sum[(size_t)ndim * top + b];
+                    before += size_sum[(size_t)ndim * top + b];
+                }
+                blocks[at] = (Block){(int64_t)rank, before, own[ndim], held[ndim], partial, (int64_t)at};
+                at++;
+                int j = ndim - 1; /* the next block in C order: the last dimension that does not wrap, and after */
+                while (j >= 0) {
+                    if (++step[j] < count[j]) break;
+                    step[j] = 0;
+                    j--;
+                }
+                if (j < 0) break;
+                for (int jj = j; jj < ndim; jj++)
+                    fix(jj, lo_i[jj] + step[jj] * width[jj], stored_i[jj], lack[jj], (int)used[jj], width[jj], top,
+                        count_sum, size_sum, count_prod, size_prod, held, own);
+            }
+        }
+        qsort(blocks, total, sizeof(Block), by_rank);
+        const int64_t r = row[begin];
+        const double enc = enc_of[r], weight = weights[read[begin]];
+        const int capped = local && pieces[read[begin]] * decoded[r] >= stream_bytes; /* read in capped pieces */
+        for (size_t q = 1; q < total; q++) {
+            const Block *this = &blocks[q], *prev = &blocks[q - 1];
+            double between = (double)(this->rank - prev->rank - prev->held);
+            double sizes = this->before - prev->before - prev->own;
+            double least, most;
+            if (compressed) { /* stored at max(1, round(size x enc)) bytes each: a byte more or half less each */
+                double slack = this->partial ? 1e-9 * between * enc : 0.0;
+                double rounding = this->partial ? between : 0.0;
+                double low = sizes * enc - 0.5 * rounding - slack;
+                least = between > 0 ? (between > low ? between : low) : 0.0;
+                most = between > 0 ? sizes * enc + rounding + slack : 0.0;
+            } else {
+                least = most = between * enc;
+            }
+            if (least > (double)gap) requests[r] += weight;              /* too wide to merge, whatever the rounding */
+            if (most <= (double)gap && !capped) gap_bytes[r] += least * weight; /* merged whatever it is */
+        }
+        begin = end;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(blocks);
+    free(state);
+    Py_buffer *all[] = {&B.read, &B.row, &B.lo, &B.length, &B.stored, &B.grid, &B.last, &B.pieces, &B.weight, &B.enc,
+                        &B.decoded, &B.requests, &B.gap_bytes};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    return result;
+}
+
+typedef struct {
+    int64_t key;    /* the shard's place in the grid of shards */
+    int64_t window; /* the selection touching it */
+    int ranged;     /* read by ranges: fewer of its chunks touched than full_shard_fraction */
+    double extra;   /* read whole: bytes at least of its chunks the selection does not touch */
+    double stored;  /* read whole: its bytes at least, and its index's */
+} Touch;
+
+static int by_key(const void *a, const void *b) {
+    const Touch *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->window < y->window ? -1 : (x->window > y->window);
+}
+
+typedef struct {
+    Py_buffer shape, chunks, outer, per_object, lo, hi, starts, stops, span, enc, index_bytes;
+    Py_buffer waits, first, ranged_first, whole_extra, parts, splits;
+} TouchBuffers;
+
+static PyObject *first_touches(PyObject *self, PyObject *args) {
+    (void)self;
+    TouchBuffers B;
+    Py_ssize_t layouts, windows, ndim;
+    double fraction;
+    int compressed;
+    long long split_size;
+    if (!PyArg_ParseTuple(args, "nnny*y*y*y*y*y*y*y*y*y*y*dpLw*w*w*w*w*w*", &layouts, &windows, &ndim, &B.shape,
+                          &B.chunks, &B.outer, &B.per_object, &B.lo, &B.hi, &B.starts, &B.stops, &B.span, &B.enc,
+                          &B.index_bytes, &fraction, &compressed, &split_size, &B.waits, &B.first, &B.ranged_first,
+                          &B.whole_extra, &B.parts, &B.splits))
+        return NULL;
+    PyObject *result = NULL;
+    Touch *touches = NULL;
+    int64_t *grid_after = NULL;
+    const Py_ssize_t cells = layouts * windows * ndim;
+    if (!(sized(&B.shape, ndim, "first_touches: shape") &&
+          sized(&B.chunks, layouts * ndim, "first_touches: chunks") &&
+          sized(&B.outer, layouts * ndim, "first_touches: outer") &&
+          sized(&B.per_object, layouts, "first_touches: per_object") &&
+          sized(&B.lo, cells, "first_touches: lo") &&
+          sized(&B.hi, cells, "first_touches: hi") &&
+          sized(&B.starts, windows * ndim, "first_touches: starts") &&
+          sized(&B.stops, windows * ndim, "first_touches: stops") &&
+          sized(&B.span, layouts * ndim, "first_touches: span") &&
+          sized(&B.enc, layouts, "first_touches: chunk_enc") &&
+          sized(&B.index_bytes, layouts, "first_touches: index_bytes") &&
+          sized(&B.first, layouts, "first_touches: first") &&
+          sized(&B.ranged_first, layouts, "first_touches: ranged_first") &&
+          sized(&B.whole_extra, layouts, "first_touches: whole_extra") &&
+          sized(&B.parts, layouts, "first_touches: parts")))
+        goto done;
+    if (B.waits.len != layouts * windows || B.splits.len != layouts * windows) {
+        PyErr_SetString(PyExc_ValueError, "first_touches: waits and splits must hold a byte per layout and window");
+        goto done;
+    }
+    const int64_t *shape = B.shape.buf, *chunks = B.chunks.buf, *outer = B.outer.buf, *lo = B.lo.buf, *hi = B.hi.buf;
+    const int64_t *starts = B.starts.buf, *stops = B.stops.buf, *span = B.span.buf;
+    const double *per_object = B.per_object.buf, *enc_of = B.enc.buf, *index_bytes = B.index_bytes.buf;
+    char *waits = B.waits.buf, *splits = B.splits.buf;
+    int64_t *first = B.first.buf, *ranged_first = B.ranged_first.buf;
+    double *whole_extra = B.whole_extra.buf, *parts = B.parts.buf;
+    grid_after = malloc(sizeof(int64_t) * (size_t)(ndim + 1) * 2);
+    if (!grid_after) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *digit = grid_after + ndim + 1;
+    size_t capacity = 0;
+    for (Py_ssize_t r = 0; r < layouts; r++) {
+        const int64_t *c_r = chunks + r * ndim, *o_r = outer + r * ndim, *span_r = span + r * ndim;
+        int64_t entries = 1;
+        grid_after[ndim] = 1; /* the shards of the grid along the dimensions after d */
+        for (Py_ssize_t d = ndim - 1; d >= 0; d--) {
+            if (c_r[d] < 1 || o_r[d] < c_r[d] || span_r[d] < 1) {
+                PyErr_SetString(PyExc_ValueError, "first_touches: a chunk, shard or span shorter than 1");
+                goto done;
+            }
+            grid_after[d] = grid_after[d + 1] * ((shape[d] + o_r[d] - 1) / o_r[d]);
+            entries *= span_r[d];
+        }
+        size_t most = (size_t)(entries * windows);
+        if (most > capacity) {
+            Touch *grown = realloc(touches, sizeof(Touch) * most);
+            if (!grown) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            touches = grown;
+            capacity = most;
+        }
+        const double enc = enc_of[r];
+        size_t n = 0;
+        for (Py_ssize_t w = 0; w < windows; w++) {
+            const int64_t *lo_w = lo + (r * windows + w) * ndim, *hi_w = hi + (r * windows + w) * ndim;
+            for (Py_ssize_t d = 0; d < ndim; d++) digit[d] = 0;
+            for (;;) {
+                /* the shard lo + digit, if inside the window's shards: its products over dimensions (last first, as
+                 * the numpy form multiplies them) */
+                int inside = 1;
+                int64_t key = 0, touched = 1;
+                double held = 1.0, held_fraction = 1.0, touched_fraction = 1.0;
+                for (Py_ssize_t d = ndim - 1; d >= 0; d--) {
+                    const int64_t index = lo_w[d] + digit[d], o = o_r[d], c = c_r[d], size = shape[d];
+                    int64_t begin = starts[w * ndim + d] > index * o ? starts[w * ndim + d] : index * o;
+                    int64_t end = stops[w * ndim + d] < (index + 1) * o ? stops[w * ndim + d] : (index + 1) * o;
+                    end = end < size ? end : size;
+                    const int64_t along = (end - 1) / c - begin / c + 1;
+                    int64_t extent = size - index * o;
+                    extent = extent < 0 ? 0 : (extent > o ? o : extent);
+                    const int64_t first_chunk = begin / c;
+                    int64_t covered_end = (first_chunk + along) * c;
+                    covered_end = covered_end < size ? covered_end : size;
+                    key += index * grid_after[d + 1];
+                    inside &= index <= hi_w[d];
+                    touched *= along;
+                    held *= (double)((extent + c - 1) / c);
+                    held_fraction *= (double)extent / (double)c;
+                    touched_fraction *= (double)(covered_end - first_chunk * c) / (double)c;
+                }
+                if (inside) {
+                    const double untouched = held - (double)touched;
+                    double extra, bytes;
+                    if (compressed) {
+                        const double low = enc * (held_fraction - touched_fraction) - 0.5 * untouched;
+                        extra = untouched > low ? untouched : low;
+                        const double held_low = enc * held_fraction - 0.5 * held;
+                        bytes = held > held_low ? held : held_low;
+                    } else {
+                        extra = untouched * enc;
+                        bytes = held * enc;
+                    }
+                    touches[n++] = (Touch){key, w, (double)touched < fraction * per_object[r], extra,
+                                           bytes + index_bytes[r]};
+                }
+                Py_ssize_t d = ndim - 1; /* the next shard of the window's span (mixed radix, last fastest) */
+                while (d >= 0 && ++digit[d] >= span_r[d]) digit[d--] = 0;
+                if (d < 0) break;
+            }
+        }
+        qsort(touches, n, sizeof(Touch), by_key);
+        for (size_t q = 0; q < n; q++) {
+            const Touch *t = &touches[q];
+            if (q && t->key == touches[q - 1].key) continue; /* touched before: its index cached */
+            first[r]++;
+            if (t->ranged) {
+                ranged_first[r]++;
+                waits[r * windows + t->window] = 1;
+                continue;
+            }
+            whole_extra[r] += t->extra > 0.0 ? t->extra : 0.0;
+            if (split_size >= 0) { /* an object store reads a whole shard in split_size parts */
+                const double pieces = ceil(t->stored / (double)(split_size > 1 ? split_size : 1));
+                parts[r] += pieces - 1;
+                if (pieces > 1) splits[r * windows + t->window] = 1;
+            }
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(touches);
+    free(grid_after);
+    Py_buffer *all[] = {&B.shape, &B.chunks,  &B.outer, &B.per_object,   &B.lo,          &B.hi,
+                        &B.starts, &B.stops,  &B.span,  &B.enc,          &B.index_bytes, &B.waits,
+                        &B.first,  &B.ranged_first, &B.whole_extra, &B.parts, &B.splits};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gap_counts", gap_counts, METH_VARARGS,
+     "gap_counts(boxes, read, row, lo, length, stored, grid, last, pieces, read_weight, chunk_enc, decoded, "
+     "compressed, local, gap, stream_bytes, requests, gap_bytes): ranged._gaps_numpy, added into requests and "
+     "gap_bytes (C-contiguous int64 and float64 buffers)."},
+    {"first_touches", first_touches, METH_VARARGS,
+     "first_touches(layouts, windows, ndim, shape, chunks, outer, per_object, lo, hi, starts, stops, span, chunk_enc, "
+     "index_bytes, fraction, compressed, split_size, waits, first, ranged_first, whole_extra, parts, splits): "
+     "revisits._block_numpy, into the last six (zeroed; split_size -1: none)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "The layout search's costliest bounds, compiled (see advise/kernels.py).", -1,
+    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

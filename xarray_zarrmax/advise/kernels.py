@@ -1,0 +1,21 @@
+"""The layout search's compiled kernels, where the package was built with them: the one place that knows.
+
+Two bounds hold most of a long search's time: the gaps a read leaves between the chunks it takes from a shard
+(`ranged.gap_counts`) and the shards a batch's selections touch first (`revisits`). Each also has a numpy form, the
+reference its compiled form (`_kernels.c`) is tested against, and the one used where the package was installed
+without a C compiler (setup.py builds the extension as optional): the same counts, the search several times
+slower. `KERNELS` says which a process uses.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+compiled: ModuleType | None
+try:
+    from xarray_zarrmax.advise import _kernels as compiled
+except ImportError:  # installed without a C compiler: the numpy forms
+    compiled = None
+
+#: "C" (`_kernels.c`) or "numpy"
+KERNELS = "numpy" if compiled is None else "C"
