@@ -156,3 +156,24 @@ def test_the_compiled_first_touches_refuse_arrays_of_the_wrong_size() -> None:
         kernels.compiled.first_touches(1, 1, 1, shape, chunks, outer, np.asarray([2.0]), lo.astype(np.int64),
                                        hi.astype(np.int64), starts, stops, np.asarray([[2, 2]]), np.asarray([5.0]),
                                        np.asarray([36.0]), 1.0, True, -1, *out)
+
+
+def test_the_report_says_when_the_search_ran_its_numpy_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package installed without a C compiler searches with the numpy forms: the same advice, and the report says
+    why it took longer. With the compiled kernels it says nothing of them."""
+    import xarray as xr
+
+    from xarray_zarrmax.advise import advise
+    from xarray_zarrmax.advise.model import Costs
+
+    ds = xr.Dataset({"v": (("time", "lat", "lon"), np.zeros((48, 37, 72), dtype="f4"))})
+    mix, costs = {"timeseries": 0.5, "random-batch": 0.5}, Costs(ratio=0.5, request_s=2e-4, chunk_s=2e-5)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "compiled", None)
+        slow = advise(ds, mix, costs=costs, progress=False)
+    assert slow.search is not None and slow.search.kernels == "numpy"
+    assert "search: ran its bounds' numpy kernels (xarray_zarrmax was installed without a C compiler" in str(slow)
+    if kernels.compiled is not None:
+        fast = advise(ds, mix, costs=costs, progress=False)
+        assert fast.search is not None and fast.search.kernels == "C" and "numpy kernels" not in str(fast)
+        assert fast.best.layout == slow.best.layout and fast.best.score == slow.best.score

@@ -28,6 +28,20 @@ static int bit_length(int64_t n) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* *buffer holding at least `needed` items of `item` bytes (grown, never shrunk: one buffer for every read or layout
+ * of a call); 0 with MemoryError set if it cannot be */
+static int grow(void **buffer, size_t *capacity, size_t needed, size_t item) {
+    if (needed <= *capacity) return 1;
+    void *grown = realloc(*buffer, item * needed);
+    if (!grown) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    *buffer = grown;
+    *capacity = needed;
+    return 1;
+}
+
 typedef struct {
     int64_t rank;  /* of the block's first chunk */
     double before; /* the sizes (in whole chunks) of the chunks before it */
@@ -181,15 +195,7 @@ static PyObject *gap_counts(PyObject *self, PyObject *args) {
             total += n;
             end++;
         }
-        if (total > capacity) {
-            Block *grown = realloc(blocks, sizeof(Block) * total);
-            if (!grown) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            blocks = grown;
-            capacity = total;
-        }
+        if (!grow((void **)&blocks, &capacity, total, sizeof(Block))) goto done;
         size_t at = 0;
         for (Py_ssize_t i = begin; i < end; i++) {
             const int64_t *lo_i = lo + i * ndim, *stored_i = stored + i * ndim, *grid_i = grid + i * ndim;
@@ -348,15 +354,7 @@ static PyObject *first_touches(PyObject *self, PyObject *args) {
             entries *= span_r[d];
         }
         size_t most = (size_t)(entries * windows);
-        if (most > capacity) {
-            Touch *grown = realloc(touches, sizeof(Touch) * most);
-            if (!grown) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            touches = grown;
-            capacity = most;
-        }
+        if (!grow((void **)&touches, &capacity, most, sizeof(Touch))) goto done;
         const double enc = enc_of[r];
         size_t n = 0;
         for (Py_ssize_t w = 0; w < windows; w++) {

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.bounds import SearchBounds
 from xarray_zarrmax.advise.candidates import candidate_layouts, check_layouts, chunk_grid, neighbours
 from xarray_zarrmax.advise.counting import count_read
@@ -197,8 +198,8 @@ def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patter
             return objects_meet(shape, itemsize, costs.ratio, outer, constraints.max_object_bytes,
                                 constraints.max_objects)
 
-        outcome = branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
-                                   REFINE_STARTS, feasible, seconds=SEARCH_SECONDS)
+        outcome = replace(branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
+                                           REFINE_STARTS, feasible, seconds=SEARCH_SECONDS), kernels=kernels.in_use())
         kept = [c for c in costed.values() if c is not None]
     else:
         kept = []

@@ -19,3 +19,8 @@ except ImportError:  # installed without a C compiler: the numpy forms
 
 #: "C" (`_kernels.c`) or "numpy"
 KERNELS = "numpy" if compiled is None else "C"
+
+
+def in_use() -> str:
+    """The kernels a search started now runs: "C", or "numpy" (not built, or set aside as the tests do)."""
+    return "numpy" if compiled is None else "C"

@@ -203,6 +203,9 @@ class AdviceReport:
                             if self.search.fastest_proven else
                             f"none left uncosted is predicted faster than {self.search.floor:.3g} s (the best: "
                             f"{self.best.score:.3g} s)"))
+        if self.search is not None and self.search.kernels == "numpy":
+            lines.append("search: ran its bounds' numpy kernels (xarray_zarrmax was installed without a C compiler, "
+                         "so without its compiled ones: the same advice, found several times slower)")
         lines.append(f"best: {self.best.encoding}")
         return "\n".join(lines)
 

@@ -27,13 +27,14 @@ class SearchOutcome:
     uncosted is proven slower than the fastest and not tied with it); if it stopped at a budget (``stopped_by``:
     "layouts" costed, or "seconds" spent), ``floor`` is the least lower bound of what it left (no layout it did
     not cost is predicted faster), and ``fastest_proven`` whether it had already proven the fastest (then only
-    ties are left unchecked)."""
+    ties are left unchecked); ``kernels``, which forms of the costliest bounds it ran (`kernels.in_use`)."""
 
     costed: int
     complete: bool
     floor: float = math.inf
     fastest_proven: bool = True  # stopped while costing what could tie: the fastest was already proven
     stopped_by: str = ""  # "layouts" or "seconds": the budget it stopped at ("" when complete)
+    kernels: str = "C"  # the bounds' kernels it ran with (`kernels.in_use`): "C", or "numpy" where not built
 
 
 def high(candidate: Any) -> float:
