@@ -177,3 +177,48 @@ def test_the_report_says_when_the_search_ran_its_numpy_kernels(monkeypatch: pyte
         fast = advise(ds, mix, costs=costs, progress=False)
         assert fast.search is not None and fast.search.kernels == "C" and "numpy kernels" not in str(fast)
         assert fast.best.layout == slow.best.layout and fast.best.score == slow.best.score
+
+
+@compiled
+def test_the_compiled_kernels_refuse_counts_that_would_overflow() -> None:
+    """Inputs past any layout the search lists (a review's reproducers): a shard of 2^60 chunks along a dimension, a
+    read of 2^33 blocks (2^64 + 1 wrapped to 1 block and wrote past its buffer), a shard of 2^54 chunks in all, a
+    batch's span whose product wrapped, a read naming two layouts: a ValueError, never memory written out of bounds
+    nor a count charged to another layout."""
+    def one_box(lo: list[int], length: list[int], stored: list[int]) -> tuple:
+        ints = [np.asarray([x], dtype=np.int64) for x in (lo, length, stored, stored)]
+        return (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), *ints, np.ones((1, len(lo))),
+                np.asarray([2.0]), np.ones(1), np.asarray([1000.0]), np.asarray([1e6]), True, False, 150, 1e7, 1)
+
+    with pytest.raises(ValueError, match="more than 2\\^40 chunks along a dimension"):
+        ranged.gap_counts(*one_box([1], [2**60 + 1], [2**60 + 2]))
+    with pytest.raises(ValueError, match="more than 2\\^32 blocks"):
+        ranged.gap_counts(*one_box([1], [2**33], [2**33 + 1]))
+    two = list(one_box([0], [1], [4]))
+    two[:7] = [np.asarray([0, 0]), np.asarray([0, 1]), np.asarray([[0], [2]]), np.asarray([[1], [1]]),
+               np.asarray([[4], [4]]), np.asarray([[4], [4]]), np.ones((2, 1))]
+    two[9], two[10], two[-1] = np.asarray([1000.0, 1000.0]), np.asarray([1e6, 1e6]), 2
+    with pytest.raises(ValueError, match="more than 2\\^52 chunks"):  # ranks past a double's exact integers
+        ranged.gap_counts(*one_box([1, 1], [2, 2], [2**27, 2**27]))
+    with pytest.raises(ValueError, match="a read's boxes of more than one layout"):
+        ranged.gap_counts(*two)
+    i = lambda *v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    with pytest.raises(ValueError, match="a grid of shards past 2\\^40, or a span past it"):
+        revisits._block(i(2**62, 2**62), i(1, 1)[None], i(1, 1)[None], np.ones(1), i(0, 0)[None, None],
+                        i(2**62, 2**62)[None, None], i(0, 0)[None], i(2**62, 2**62)[None],
+                        i(274177, 67280421310721)[None], 1, 0.5, np.ones(1), True, np.ones(1), None)
+
+
+@compiled
+@pytest.mark.parametrize("split_size", [-7, 0, 2**63, 2**70])
+def test_the_compiled_first_touches_take_any_split_size_as_the_numpy_ones(split_size: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split size below 1 is 1 to both forms, and one past int64 is past every shard's bytes (a review found the
+    compiled form read a negative one as none, and refused one past int64)."""
+    args = list(_random_batch(np.random.default_rng(11)))
+    args[10] = split_size
+    got = revisits.revisits(*args)
+    monkeypatch.setattr(kernels, "compiled", None)
+    want = revisits.revisits(*args)
+    for field in ("parts", "splits", "whole_extra"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)

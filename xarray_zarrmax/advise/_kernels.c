@@ -13,9 +13,16 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+
+/* Most chunks a shard's grid holds along a dimension, blocks a read, shards a selection spans, shards along an
+ * array's grid: far past any layout the search lists (its chunks are at least an element, its arrays at most 2^63
+ * elements in all), and small enough that no count below overflows int64 or loses its last bit in a double's
+ * product of two. A larger input is refused (ValueError), never wrapped. */
+#define MOST_GRID ((int64_t)1 << 40)
+#define MOST_BLOCKS ((size_t)1 << 32)
 
 static int bit_length(int64_t n) {
     int bits = 0;
@@ -32,7 +39,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * of a call); 0 with MemoryError set if it cannot be */
 static int grow(void **buffer, size_t *capacity, size_t needed, size_t item) {
     if (needed <= *capacity) return 1;
-    void *grown = realloc(*buffer, item * needed);
+    void *grown = needed > SIZE_MAX / item ? NULL : realloc(*buffer, item * needed);
     if (!grown) {
         PyErr_NoMemory();
         return 0;
@@ -114,7 +121,7 @@ typedef struct {
 
 /* whether buffer b holds `items` 8-byte numbers; if not, a ValueError naming it */
 static int sized(Py_buffer *b, Py_ssize_t items, const char *name) {
-    if (b->len != items * 8) {
+    if (items < 0 || items > PY_SSIZE_T_MAX / 8 || b->len != items * 8) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, expected %zd", name, b->len, items * 8);
         return 0;
     }
@@ -136,6 +143,14 @@ static PyObject *gap_counts(PyObject *self, PyObject *args) {
     Block *blocks = NULL;
     double *state = NULL;
     Py_ssize_t k = B.enc.len / 8, reads = B.pieces.len / 8;
+    if (boxes < 0 || boxes > B.read.len / 8) {
+        PyErr_SetString(PyExc_ValueError, "gap_counts: more boxes than `read` holds");
+        goto done;
+    }
+    if (boxes && B.lo.len / 8 / boxes > 64) {
+        PyErr_SetString(PyExc_ValueError, "gap_counts: boxes of more than 64 dimensions");
+        goto done;
+    }
     ndim = boxes ? (int)(B.lo.len / 8 / boxes) : 0;
     if (!(sized(&B.read, boxes, "gap_counts: read") &&
           sized(&B.row, boxes, "gap_counts: row") &&
@@ -155,6 +170,7 @@ static PyObject *gap_counts(PyObject *self, PyObject *args) {
     const double *decoded = B.decoded.buf;
     double *requests = B.requests.buf, *gap_bytes = B.gap_bytes.buf;
     int top_all = 1;
+    double cells = 1.0; /* a box's shard's chunks, dimension by dimension */
     for (Py_ssize_t i = 0; i < boxes; i++) {
         if (read[i] < 0 || read[i] >= reads || row[i] < 0 || row[i] >= k || (i && read[i] < read[i - 1])) {
             PyErr_SetString(PyExc_ValueError, "gap_counts: a read or row out of range, or reads not ascending");
@@ -163,8 +179,18 @@ static PyObject *gap_counts(PyObject *self, PyObject *args) {
         for (int d = 0; d < ndim; d++) {
             const Py_ssize_t at = i * ndim + d;
             if (grid[at] < 1 || stored[at] < 1 || stored[at] > grid[at] || lo[at] < 0 || length[at] < 1 ||
-                lo[at] + length[at] > stored[at]) {
+                length[at] > stored[at] - lo[at]) {
                 PyErr_SetString(PyExc_ValueError, "gap_counts: a box outside its shard's stored chunks");
+                goto done;
+            }
+            if (grid[at] > MOST_GRID) {
+                PyErr_SetString(PyExc_ValueError, "gap_counts: a shard of more than 2^40 chunks along a dimension");
+                goto done;
+            }
+            cells = d ? cells : 1.0;
+            cells *= (double)grid[at];
+            if (cells > (double)((int64_t)1 << 52)) { /* ranks exact in a double, and in an int64 */
+                PyErr_SetString(PyExc_ValueError, "gap_counts: a shard of more than 2^52 chunks");
                 goto done;
             }
             int used = bit_length(grid[at] - 1);
@@ -189,10 +215,25 @@ static PyObject *gap_counts(PyObject *self, PyObject *args) {
         Py_ssize_t end = begin;
         size_t total = 0; /* the read's blocks */
         while (end < boxes && read[end] == read[begin]) {
+            if (row[end] != row[begin]) {
+                PyErr_SetString(PyExc_ValueError, "gap_counts: a read's boxes of more than one layout");
+                goto done;
+            }
             block_widths(lo + end * ndim, length + end * ndim, stored + end * ndim, grid + end * ndim, ndim, width);
             size_t n = 1;
-            for (int d = 0; d < ndim; d++) n *= (size_t)((length[end * ndim + d] + width[d] - 1) / width[d]);
+            for (int d = 0; d < ndim; d++) {
+                const size_t along = (size_t)((length[end * ndim + d] + width[d] - 1) / width[d]);
+                if (along > MOST_BLOCKS / n) {
+                    n = MOST_BLOCKS + 1;
+                    break;
+                }
+                n *= along;
+            }
             total += n;
+            if (total > MOST_BLOCKS) {
+                PyErr_SetString(PyExc_ValueError, "gap_counts: a read of more than 2^32 blocks of chunks");
+                goto done;
+            }
             end++;
         }
         if (!grow((void **)&blocks, &capacity, total, sizeof(Block))) goto done;
@@ -307,6 +348,11 @@ static PyObject *first_touches(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Touch *touches = NULL;
     int64_t *grid_after = NULL;
+    if (layouts < 0 || windows < 0 || ndim < 0 || ndim > 64 || layouts > ((Py_ssize_t)1 << 40) ||
+        windows > ((Py_ssize_t)1 << 20) || (windows && layouts > ((Py_ssize_t)1 << 40) / windows)) {
+        PyErr_SetString(PyExc_ValueError, "first_touches: layouts, windows or dimensions out of range");
+        goto done;
+    }
     const Py_ssize_t cells = layouts * windows * ndim;
     if (!(sized(&B.shape, ndim, "first_touches: shape") &&
           sized(&B.chunks, layouts * ndim, "first_touches: chunks") &&
@@ -341,7 +387,7 @@ static PyObject *first_touches(PyObject *self, PyObject *args) {
     }
     int64_t *digit = grid_after + ndim + 1;
     size_t capacity = 0;
-    for (Py_ssize_t r = 0; r < layouts; r++) {
+    for (Py_ssize_t r = 0; r < layouts && windows > 0; r++) {
         const int64_t *c_r = chunks + r * ndim, *o_r = outer + r * ndim, *span_r = span + r * ndim;
         int64_t entries = 1;
         grid_after[ndim] = 1; /* the shards of the grid along the dimensions after d */
@@ -350,7 +396,14 @@ static PyObject *first_touches(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "first_touches: a chunk, shard or span shorter than 1");
                 goto done;
             }
-            grid_after[d] = grid_after[d + 1] * ((shape[d] + o_r[d] - 1) / o_r[d]);
+            const int64_t shards = (shape[d] + o_r[d] - 1) / o_r[d];
+            if (shape[d] < 1 || shape[d] > ((int64_t)1 << 62) || shards > MOST_GRID / grid_after[d + 1] ||
+                span_r[d] > shards ||
+                span_r[d] > (int64_t)MOST_BLOCKS / windows / entries) {
+                PyErr_SetString(PyExc_ValueError, "first_touches: a grid of shards past 2^40, or a span past it");
+                goto done;
+            }
+            grid_after[d] = grid_after[d + 1] * shards;
             entries *= span_r[d];
         }
         size_t most = (size_t)(entries * windows);
@@ -359,6 +412,14 @@ static PyObject *first_touches(PyObject *self, PyObject *args) {
         size_t n = 0;
         for (Py_ssize_t w = 0; w < windows; w++) {
             const int64_t *lo_w = lo + (r * windows + w) * ndim, *hi_w = hi + (r * windows + w) * ndim;
+            for (Py_ssize_t d = 0; d < ndim; d++) {
+                if (lo_w[d] < 0 || hi_w[d] < lo_w[d] || hi_w[d] - lo_w[d] >= span_r[d] ||
+                    hi_w[d] >= grid_after[d] / grid_after[d + 1]) {
+                    PyErr_SetString(PyExc_ValueError,
+                                    "first_touches: a selection's shards outside the grid or its span");
+                    goto done;
+                }
+            }
             for (Py_ssize_t d = 0; d < ndim; d++) digit[d] = 0;
             for (;;) {
                 /* the shard lo + digit, if inside the window's shards: its products over dimensions (last first, as
@@ -442,7 +503,7 @@ static PyMethodDef methods[] = {
     {"first_touches", first_touches, METH_VARARGS,
      "first_touches(layouts, windows, ndim, shape, chunks, outer, per_object, lo, hi, starts, stops, span, chunk_enc, "
      "index_bytes, fraction, compressed, split_size, waits, first, ranged_first, whole_extra, parts, splits): "
-     "revisits._block_numpy, into the last six (zeroed; split_size -1: none)."},
+     "revisits._block_numpy, added into the last six (split_size -1: none)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -281,11 +281,16 @@ def gap_counts(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.nda
     def floats(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float64)
 
-    kernels.compiled.gap_counts(int(np.shape(read)[0]), ints(read), ints(row), ints(lo), ints(length), ints(stored),
-                         ints(grid), floats(last), floats(pieces), floats(read_weight), floats(chunk_enc),
-                         floats(decoded), bool(compressed), bool(local), int(gap), float(stream_bytes), requests,
-                         gap_bytes)
+    kernels.compiled.gap_counts(int(np.shape(read)[0]), ints(read), ints(row), ints(lo), ints(length),
+                                ints(stored), ints(grid), floats(last), floats(pieces), floats(read_weight),
+                                floats(chunk_enc), floats(decoded), bool(compressed), bool(local),
+                                min(int(gap), _HUGE), float(stream_bytes), requests, gap_bytes)
     return requests, gap_bytes
+
+
+#: Past any byte count: a larger ``coalesce_gap`` or ``split_size`` (a `Reader` takes any) passes to the compiled
+#: kernels as this, with the same counts (nothing is that large), not as an int64 that would overflow
+_HUGE = 1 << 62
 
 
 def _gaps_numpy(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.ndarray, stored: np.ndarray,

@@ -95,11 +95,12 @@ def _block(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object:
     def floats(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=np.float64)
 
+    # split_size as the numpy form takes it (at least 1), and past any shard's bytes no larger than int64 holds
+    split = -1 if split_size is None else min(max(1, int(split_size)), 1 << 62)
     kernels.compiled.first_touches(r, windows, ndim, ints(shape), ints(chunks), ints(outer), floats(per_object),
                                    ints(lo), ints(hi), ints(starts), ints(stops), ints(span), floats(chunk_enc),
-                                   floats(index_bytes), float(fraction), bool(compressed),
-                                   -1 if split_size is None else int(split_size), waits, first, ranged_first,
-                                   whole_extra, parts, splits)
+                                   floats(index_bytes), float(fraction), bool(compressed), split, waits, first,
+                                   ranged_first, whole_extra, parts, splits)
     return waits, first, ranged_first, whole_extra, parts, splits
 
 
