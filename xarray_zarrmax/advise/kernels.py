@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import numpy as np
+
 compiled: ModuleType | None
 try:
     from xarray_zarrmax.advise import _kernels as compiled
@@ -24,3 +26,13 @@ KERNELS = "numpy" if compiled is None else "C"
 def in_use() -> str:
     """The kernels a search started now runs: "C", or "numpy" (not built, or set aside as the tests do)."""
     return "numpy" if compiled is None else "C"
+
+
+def ints(a: np.ndarray) -> np.ndarray:
+    """``a`` as the compiled kernels read an integer array: C-contiguous int64 (a copy only where it is not)."""
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def floats(a: np.ndarray) -> np.ndarray:
+    """``a`` as the compiled kernels read a real array: C-contiguous float64 (a copy only where it is not)."""
+    return np.ascontiguousarray(a, dtype=np.float64)

@@ -275,11 +275,7 @@ def gap_counts(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.nda
                            compressed, local, gap, stream_bytes, k)
     requests, gap_bytes = np.zeros(k), np.zeros(k)
 
-    def ints(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a, dtype=np.int64)
-
-    def floats(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a, dtype=np.float64)
+    ints, floats = kernels.ints, kernels.floats
 
     kernels.compiled.gap_counts(int(np.shape(read)[0]), ints(read), ints(row), ints(lo), ints(length),
                                 ints(stored), ints(grid), floats(last), floats(pieces), floats(read_weight),

@@ -89,11 +89,7 @@ def _block(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object:
     first, ranged_first = np.zeros(r, dtype=np.int64), np.zeros(r, dtype=np.int64)
     whole_extra, parts = np.zeros(r), np.zeros(r)
 
-    def ints(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a, dtype=np.int64)
-
-    def floats(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a, dtype=np.float64)
+    ints, floats = kernels.ints, kernels.floats
 
     # split_size as the numpy form takes it (at least 1), and past any shard's bytes no larger than int64 holds
     split = -1 if split_size is None else min(max(1, int(split_size)), 1 << 62)
