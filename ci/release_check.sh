@@ -110,7 +110,7 @@ if "zarrmax" not in xr.backends.list_engines():
 # the one compiled part (setup.py): a release's wheel holds it, or the layout search runs its numpy forms
 from xarray_zarrmax.advise import kernels
 
-if kernels.KERNELS != "C":
+if kernels.in_use() != "C":
     sys.exit("the wheel lacks the compiled kernels (xarray_zarrmax/advise/_kernels.c): the layout search would use "
              "their numpy forms, several times slower")
 

@@ -3,8 +3,8 @@
 Two bounds hold most of a long search's time: the gaps a read leaves between the chunks it takes from a shard
 (`ranged.gap_counts`) and the shards a batch's selections touch first (`revisits`). Each also has a numpy form, the
 reference its compiled form (`_kernels.c`) is tested against, and the one used where the package was installed
-without a C compiler (setup.py builds the extension as optional): the same counts, the search several times
-slower. `KERNELS` says which a process uses.
+without a C compiler (setup.py builds the extension as optional): the same counts, the longest searches up to
+1.6x slower. `in_use` says which a search runs.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ try:
 except ImportError:  # installed without a C compiler: the numpy forms
     compiled = None
 
-#: "C" (`_kernels.c`) or "numpy"
-KERNELS = "numpy" if compiled is None else "C"
-
-
 def in_use() -> str:
-    """The kernels a search started now runs: "C", or "numpy" (not built, or set aside as the tests do)."""
+    """The kernels a search started now runs: "C" (`_kernels.c`), or "numpy" (not built, or set aside as the
+    tests do)."""
     return "numpy" if compiled is None else "C"
 
 

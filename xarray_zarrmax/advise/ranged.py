@@ -274,9 +274,7 @@ def gap_counts(read: np.ndarray, row: np.ndarray, lo: np.ndarray, length: np.nda
         return _gaps_numpy(read, row, lo, length, stored, grid, last, pieces, read_weight, chunk_enc, decoded,
                            compressed, local, gap, stream_bytes, k)
     requests, gap_bytes = np.zeros(k), np.zeros(k)
-
     ints, floats = kernels.ints, kernels.floats
-
     kernels.compiled.gap_counts(int(np.shape(read)[0]), ints(read), ints(row), ints(lo), ints(length),
                                 ints(stored), ints(grid), floats(last), floats(pieces), floats(read_weight),
                                 floats(chunk_enc), floats(decoded), bool(compressed), bool(local),

@@ -205,7 +205,7 @@ class AdviceReport:
                             f"{self.best.score:.3g} s)"))
         if self.search is not None and self.search.kernels == "numpy":
             lines.append("search: ran its bounds' numpy kernels (xarray_zarrmax was installed without a C compiler, "
-                         "so without its compiled ones: the same advice, found several times slower)")
+                         "so without its compiled ones: the same advice, found up to 1.6x more slowly)")
         lines.append(f"best: {self.best.encoding}")
         return "\n".join(lines)
 

@@ -88,9 +88,7 @@ def _block(shape: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object:
     waits, splits = np.zeros((r, windows), dtype=bool), np.zeros((r, windows), dtype=bool)
     first, ranged_first = np.zeros(r, dtype=np.int64), np.zeros(r, dtype=np.int64)
     whole_extra, parts = np.zeros(r), np.zeros(r)
-
     ints, floats = kernels.ints, kernels.floats
-
     # split_size as the numpy form takes it (at least 1), and past any shard's bytes no larger than int64 holds
     split = -1 if split_size is None else min(max(1, int(split_size)), 1 << 62)
     kernels.compiled.first_touches(r, windows, ndim, ints(shape), ints(chunks), ints(outer), floats(per_object),
