@@ -222,3 +222,78 @@ def test_the_compiled_first_touches_take_any_split_size_as_the_numpy_ones(split_
     want = revisits.revisits(*args)
     for field in ("parts", "splits", "whole_extra"):
         np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=field)
+
+
+def _random_point_components(rng: np.random.Generator) -> tuple:
+    """`merges.point_components`' arguments: random chunk lengths along 1-4 dimensions, points (repeats and the
+    array's partial last chunks among them), gaps in whole chunks and bytes, and whole-shard sizes."""
+    m, rows, count = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    extent = rng.integers(1, 200, m)
+    lengths = np.stack([rng.integers(1, n + 1, rows) for n in extent], axis=1)
+    points = np.stack([rng.integers(0, n, count) for n in extent], axis=1)
+    points[: count // 4] = points[count // 4: 2 * (count // 4)]  # points in one chunk
+    return (lengths, points, extent, rng.choice([0, 1, 3, 50, 1 << 62], rows), int(rng.choice([0, 5, 1000])),
+            rng.integers(0, 2, rows).astype(bool), rng.choice([0.0, 2.0, 30.0, np.inf], rows), bool(rng.integers(0, 2)))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_components_are_the_numpy_ones(seed: int) -> None:
+    """Random reads and chunk shapes: the same components, merged and joined, and both seen between none and
+    every chunk apart (the check is not of ones)."""
+    from xarray_zarrmax.advise import merges
+
+    rng = np.random.default_rng(5100 + seed)
+    kinds = set()
+    for _ in range(60):
+        args = _random_point_components(rng)
+        got = merges.point_components(*args)
+        want = merges._components_numpy(args[0], args[1], args[2], np.minimum(args[3], 1 << 62), *args[4:])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        kinds |= {int(np.sign(w - 1)) for w in want[0]} | {int(np.sign(w - 1)) for w in want[1]}
+    assert kinds == {0, 1}
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_breaks_are_the_numpy_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random sharded layouts and points along every dimension (repeats, edge shards, compressed or not, ranked or
+    not): the same shards, shards read by ranges and breaks between runs, some of each."""
+    from xarray_zarrmax.advise import merges
+
+    rng = np.random.default_rng(5200 + seed)
+    seen = np.zeros(3)
+    for _ in range(40):
+        ndim, k, count = int(rng.integers(1, 5)), int(rng.integers(1, 30)), int(rng.integers(1, 40))
+        shape = rng.integers(2, (400, 60, 20, 12)[ndim - 1], ndim)
+        chunks = np.stack([rng.integers(1, max(2, n // 2) + 1, k) for n in shape], axis=1)
+        grid = -(-shape[None] // chunks)
+        per = np.where(rng.integers(0, 3, (k, ndim)) == 0, grid, 1 + (rng.random((k, ndim)) * grid).astype(np.int64))
+        points = np.stack([rng.integers(0, n, count) for n in shape], axis=1)
+        args = (chunks, per, shape, points, rng.choice([1.0, 7.0, 100.0, 4096.0], k), int(rng.choice([0, 150, 5000])),
+                float(rng.choice([0.25, 0.5, 1.0])), bool(rng.integers(0, 2)), bool(rng.integers(0, 2)))
+        got = merges.point_breaks(*args)
+        with monkeypatch.context() as patch:
+            patch.setattr(kernels, "compiled", None)
+            want = merges.point_breaks(*args)
+        for g, w, name in zip(got, want, ("shards", "ranged", "breaks"), strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=name)
+        seen += [(w > 1).sum() for w in want]
+    assert (seen > 20).all(), seen
+
+
+@compiled
+def test_the_compiled_merge_bounds_refuse_arrays_of_the_wrong_size_and_empty_lengths() -> None:
+    """An array not of the size the counts say, or a chunk of no length: a ValueError naming it."""
+    assert kernels.compiled is not None
+    one, out = np.ones(1, dtype=np.int64), (np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="point_components: points holds 8 bytes, expected 16"):
+        kernels.compiled.point_components(1, 1, 2, one, one, one, one, 0, one, np.ones(1), True, *out)
+    with pytest.raises(ValueError, match="point_components: row 0: lengths and extents must be positive"):
+        kernels.compiled.point_components(1, 1, 1, one * 0, one, one, one, 0, one, np.ones(1), True, *out)
+    with pytest.raises(ValueError, match="point_breaks: chunk_enc holds 16 bytes, expected 8"):
+        kernels.compiled.point_breaks(1, 1, 1, one, one, one, one, np.ones(2), 0, 0.5, True, False, *out, np.zeros(1))
+    with pytest.raises(ValueError, match="point_breaks: layout 0: chunks, shards and shape must be positive"):
+        kernels.compiled.point_breaks(1, 1, 1, one, one * 0, one, one, np.ones(1), 0, 0.5, True, True, *out,
+                                      np.zeros(1))

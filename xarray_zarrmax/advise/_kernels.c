@@ -10,12 +10,19 @@
  *
  * first_touches (revisits._block_numpy): per layout, the shards a sequence of box selections touches for the first
  * time, each selection's shards listed and sorted by their place in the shard grid.
+ *
+ * point_components (merges._components_numpy): per chunk shape, the components of a pointwise read's chunks joined
+ * where two could merge in one range under any sharding (and where one shard read whole could hold both).
+ *
+ * point_breaks (merges._breaks): per sharded layout, a pointwise read's shards, those read by ranges, and the breaks
+ * between runs its chunks' own places in their shards prove (merges says why).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Most chunks a shard's grid holds along a dimension, blocks a read, shards a selection spans, shards along an
  * array's grid: far past any layout the search lists (its chunks are at least an element, its arrays at most 2^63
@@ -24,13 +31,17 @@
 #define MOST_GRID ((int64_t)1 << 40)
 #define MOST_BLOCKS ((size_t)1 << 32)
 
-static int bit_length(int64_t n) {
+static int bit_length(int64_t n) { /* of n > 0; 0 of n <= 0 */
+#if defined(__GNUC__) || defined(__clang__)
+    return n > 0 ? 64 - __builtin_clzll((unsigned long long)n) : 0;
+#else
     int bits = 0;
     while (n > 0) {
         bits++;
         n >>= 1;
     }
     return bits;
+#endif
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -495,6 +506,355 @@ done:
     return result;
 }
 
+/* Products past this are "too many cells" (merges._SATURATED): saturated, never wrapped */
+#define SATURATED ((int64_t)1 << 62)
+
+static int64_t saturated_product(int64_t a, int64_t b) {
+    if (a >= SATURATED || b >= SATURATED) return SATURATED;
+    if (b != 0 && a > SATURATED / b) return SATURATED;
+    return a * b;
+}
+
+static int64_t root(int64_t *parent, int64_t v) {
+    while (parent[v] != v) {
+        parent[v] = parent[parent[v]];
+        v = parent[v];
+    }
+    return v;
+}
+
+static int join(int64_t *parent, int64_t a, int64_t b) { /* 1 if a and b were apart */
+    a = root(parent, a);
+    b = root(parent, b);
+    if (a == b) return 0;
+    if (a < b) parent[b] = a;
+    else parent[a] = b;
+    return 1;
+}
+
+static Py_ssize_t sort_m; /* the dimensions the comparators below read (set before each qsort; the GIL is held) */
+
+static int by_cell(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    for (Py_ssize_t d = 0; d < sort_m; d++)
+        if (x[d] != y[d]) return x[d] < y[d] ? -1 : 1;
+    return 0;
+}
+
+typedef struct {
+    Py_buffer lengths, points, extent, full_cells, partial_all, whole_cells, merged, joined;
+} ComponentBuffers;
+
+static PyObject *point_components(PyObject *self, PyObject *args) {
+    (void)self;
+    ComponentBuffers B;
+    Py_ssize_t rows, m, count;
+    long long any_cells;
+    int compressed;
+    if (!PyArg_ParseTuple(args, "nnny*y*y*y*Ly*y*pw*w*", &rows, &m, &count, &B.lengths, &B.points, &B.extent,
+                          &B.full_cells, &any_cells, &B.partial_all, &B.whole_cells, &compressed, &B.merged,
+                          &B.joined))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *cells = NULL, *grid = NULL, *bits = NULL, *parent = NULL;
+    int *part = NULL;
+    if (m < 1 || m > 64 || count < 1 || rows < 0) {
+        PyErr_Format(PyExc_ValueError, "point_components: %zd dimensions and %zd points, expected 1-64 and 1 or more",
+                     m, count);
+        goto done;
+    }
+    if (!sized(&B.lengths, rows * m, "point_components: lengths") ||
+        !sized(&B.points, count * m, "point_components: points") || !sized(&B.extent, m, "point_components: extent") ||
+        !sized(&B.full_cells, rows, "point_components: full_cells") ||
+        !sized(&B.partial_all, rows, "point_components: partial_all") ||
+        !sized(&B.whole_cells, rows, "point_components: whole_cells") ||
+        !sized(&B.merged, rows, "point_components: merged") || !sized(&B.joined, rows, "point_components: joined"))
+        goto done;
+    const int64_t *lengths = B.lengths.buf, *points = B.points.buf, *extent = B.extent.buf;
+    const int64_t *full_cells = B.full_cells.buf, *partial_all = B.partial_all.buf;
+    const double *whole_cells = B.whole_cells.buf;
+    double *merged = B.merged.buf, *joined = B.joined.buf;
+    cells = malloc(sizeof(int64_t) * (size_t)(count * m));
+    grid = malloc(sizeof(int64_t) * (size_t)m);
+    bits = malloc(sizeof(int64_t) * (size_t)m);
+    parent = malloc(sizeof(int64_t) * (size_t)(2 * count));
+    part = malloc(sizeof(int) * (size_t)count);
+    if (!cells || !grid || !bits || !parent || !part) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int64_t *len = lengths + r * m;
+        for (Py_ssize_t d = 0; d < m; d++) {
+            if (len[d] < 1 || extent[d] < 1) {
+                PyErr_Format(PyExc_ValueError, "point_components: row %zd: lengths and extents must be positive", r);
+                goto done;
+            }
+            grid[d] = (extent[d] + len[d] - 1) / len[d];
+            bits[d] = bit_length(grid[d] - 1);
+        }
+        for (Py_ssize_t i = 0; i < count; i++)
+            for (Py_ssize_t d = 0; d < m; d++) cells[i * m + d] = points[i * m + d] / len[d];
+        sort_m = m;
+        qsort(cells, (size_t)count, sizeof(int64_t) * (size_t)m, by_cell);
+        Py_ssize_t t = 0; /* the distinct chunks, in place */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (t > 0 && by_cell(cells + (t - 1) * m, cells + i * m) == 0) continue;
+            if (t != i) memcpy(cells + t * m, cells + i * m, sizeof(int64_t) * (size_t)m);
+            t++;
+        }
+        for (Py_ssize_t i = 0; i < t; i++) {
+            part[i] = 0;
+            for (Py_ssize_t d = 0; d < m && compressed; d++)
+                if (cells[i * m + d] == grid[d] - 1 && extent[d] % len[d] != 0) part[i] = 1;
+        }
+        int64_t *by_merge = parent, *by_share = parent + count;
+        for (Py_ssize_t i = 0; i < t; i++) by_merge[i] = by_share[i] = i;
+        Py_ssize_t apart_merge = t, apart_share = t;
+        /* every pair, until both graphs are one component (then no pair can part them) */
+        for (Py_ssize_t i = 0; i < t && apart_merge > 1; i++) {
+            for (Py_ssize_t j = i + 1; j < t && apart_merge > 1; j++) {
+                const int64_t *x = cells + i * m, *y = cells + j * m;
+                uint64_t spread = 0; /* the |delta|s OR'ed: the highest bit of any */
+                for (Py_ssize_t d = 0; d < m; d++) {
+                    const int64_t delta = y[d] - x[d];
+                    spread |= (uint64_t)(delta < 0 ? -delta : delta);
+                }
+                const int64_t level = bit_length((int64_t)(spread >> 1)); /* the highest set bit's place */
+                int can_ahead = 0, can_behind = 0;
+                int64_t ahead = 1, behind = 1, box = 1;
+                for (Py_ssize_t d = 0; d < m; d++) {
+                    const int64_t delta = y[d] - x[d];
+                    if (delta > 0) {
+                        can_ahead |= bits[d] > level;
+                        ahead = saturated_product(ahead, delta + 1);
+                        box = saturated_product(box, delta + 1);
+                    } else if (delta < 0) {
+                        can_behind |= bits[d] > level;
+                        behind = saturated_product(behind, 1 - delta);
+                        box = saturated_product(box, 1 - delta);
+                    }
+                }
+                if (!can_ahead) ahead = SATURATED;
+                if (!can_behind) behind = SATURATED;
+                const int64_t between = spread == 0 ? -1 : (ahead < behind ? ahead : behind) - 2;
+                const int loose = partial_all[r] || part[i] || part[j];
+                const int merges = between <= (loose ? (int64_t)any_cells : full_cells[r]);
+                if (merges) apart_merge -= join(by_merge, i, j);
+                if (merges || (double)box <= whole_cells[r]) apart_share -= join(by_share, i, j);
+            }
+        }
+        if (apart_merge == 1) apart_share = 1;
+        merged[r] = (double)apart_merge;
+        joined[r] = (double)apart_share;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(cells);
+    free(grid);
+    free(bits);
+    free(parent);
+    free(part);
+    Py_buffer *all[] = {&B.lengths, &B.points, &B.extent, &B.full_cells, &B.partial_all, &B.whole_cells, &B.merged,
+                        &B.joined};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    return result;
+}
+
+/* the cells of the box [0, region) whose Morton codes are less than `code` (the cell at `local`): per bit of the code
+ * that is 1, those sharing the code above it with 0 there, a product over dimensions (merges._ranks) */
+static int64_t rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
+                       const int64_t *bits, const int64_t *region, Py_ssize_t ndim) {
+    int64_t total = 0;
+    for (int64_t position = 0; position < positions; position++) {
+        if (!((code >> position) & 1)) continue;
+        const int64_t b = where_bit[position] / ndim, e = where_bit[position] % ndim;
+        int64_t count = 1;
+        for (Py_ssize_t d = 0; d < ndim && count > 0; d++) {
+            int64_t free = d == e ? b + 1 : b + (d < e);
+            if (d != e && free > bits[d]) free = bits[d];
+            const int64_t low = (local[d] >> free) << free;
+            const int64_t width = (int64_t)1 << (d == e ? b : free);
+            const int64_t inside = min64(low + width, region[d]) - low;
+            count = inside > 0 ? count * inside : 0;
+        }
+        total += count;
+    }
+    return total;
+}
+
+typedef struct {
+    int64_t key;  /* the shard's place in the grid of shards */
+    int64_t code; /* the chunk's Morton code in the shard */
+    int64_t at;   /* its point, for its coordinates */
+} Placed;
+
+static int by_place(const void *a, const void *b) {
+    const Placed *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    if (x->code != y->code) return x->code < y->code ? -1 : 1;
+    return 0;
+}
+
+typedef struct {
+    Py_buffer chunks, per, shape, points, enc, shards, ranged, breaks;
+} BreakBuffers;
+
+static PyObject *point_breaks(PyObject *self, PyObject *args) {
+    (void)self;
+    BreakBuffers B;
+    Py_ssize_t k, ndim, count;
+    long long gap;
+    double fraction;
+    int compressed, ranked;
+    if (!PyArg_ParseTuple(args, "nnny*y*y*y*y*Ldppw*w*w*", &k, &ndim, &count, &B.chunks, &B.per, &B.shape, &B.points,
+                          &B.enc, &gap, &fraction, &compressed, &ranked, &B.shards, &B.ranged, &B.breaks))
+        return NULL;
+    PyObject *result = NULL;
+    Placed *placed = NULL;
+    int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *where_bit = NULL, *scratch = NULL;
+    if (ndim < 1 || ndim > 64 || count < 1 || k < 0) {
+        PyErr_Format(PyExc_ValueError, "point_breaks: %zd dimensions and %zd points, expected 1-64 and 1 or more",
+                     ndim, count);
+        goto done;
+    }
+    if (!sized(&B.chunks, k * ndim, "point_breaks: chunks") || !sized(&B.per, k * ndim, "point_breaks: per") ||
+        !sized(&B.shape, ndim, "point_breaks: shape") || !sized(&B.points, count * ndim, "point_breaks: points") ||
+        !sized(&B.enc, k, "point_breaks: chunk_enc") || !sized(&B.shards, k, "point_breaks: shards") ||
+        !sized(&B.ranged, k, "point_breaks: ranged") || !sized(&B.breaks, k, "point_breaks: breaks"))
+        goto done;
+    const int64_t *chunks_all = B.chunks.buf, *per_all = B.per.buf, *shape = B.shape.buf, *points = B.points.buf;
+    const double *enc = B.enc.buf;
+    double *shards_out = B.shards.buf, *ranged_out = B.ranged.buf, *breaks_out = B.breaks.buf;
+    placed = malloc(sizeof(Placed) * (size_t)count);
+    cell = malloc(sizeof(int64_t) * (size_t)(count * ndim));
+    shard = malloc(sizeof(int64_t) * (size_t)(count * ndim));
+    grid = malloc(sizeof(int64_t) * (size_t)ndim);
+    bits = malloc(sizeof(int64_t) * (size_t)ndim);
+    where_bit = malloc(sizeof(int64_t) * 64); /* each code position's (bit, dimension), as bit * ndim + d */
+    scratch = malloc(sizeof(int64_t) * (size_t)(3 * ndim)); /* a pair's local coordinates, the shard's whole box */
+    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < k; r++) {
+        const int64_t *c = chunks_all + r * ndim, *per = per_all + r * ndim;
+        int64_t key_room = 1, total_bits = 0, most_bits = 0;
+        for (Py_ssize_t d = 0; d < ndim; d++) {
+            if (c[d] < 1 || per[d] < 1 || shape[d] < 1) {
+                PyErr_Format(PyExc_ValueError, "point_breaks: layout %zd: chunks, shards and shape must be positive",
+                             r);
+                goto done;
+            }
+            grid[d] = (shape[d] + c[d] - 1) / c[d];
+            bits[d] = bit_length(per[d] - 1);
+            total_bits += bits[d];
+            if (bits[d] > most_bits) most_bits = bits[d];
+            key_room = saturated_product(key_room, (grid[d] + per[d] - 1) / per[d]);
+        }
+        if (total_bits > 62 || key_room >= SATURATED) { /* codes or keys past int64: no bound (merges refuses too) */
+            shards_out[r] = ranged_out[r] = breaks_out[r] = 0.0;
+            continue;
+        }
+        int64_t at = 0;
+        for (int64_t bit = 0; bit < most_bits; bit++)
+            for (Py_ssize_t d = 0; d < ndim; d++)
+                if (bits[d] > bit) where_bit[at++] = bit * ndim + d;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t key = 0, code = 0, position = 0;
+            for (Py_ssize_t d = 0; d < ndim; d++) {
+                cell[i * ndim + d] = points[i * ndim + d] / c[d];
+                shard[i * ndim + d] = cell[i * ndim + d] / per[d];
+                key = key * ((grid[d] + per[d] - 1) / per[d]) + shard[i * ndim + d];
+            }
+            for (int64_t bit = 0; bit < most_bits; bit++)
+                for (Py_ssize_t d = 0; d < ndim; d++)
+                    if (bits[d] > bit) {
+                        const int64_t local = cell[i * ndim + d] - shard[i * ndim + d] * per[d];
+                        code |= ((local >> bit) & 1) << position++;
+                    }
+            placed[i].key = key;
+            placed[i].code = code;
+            placed[i].at = i;
+        }
+        if (count <= 32) { /* a few points: in place, no calls */
+            for (Py_ssize_t i = 1; i < count; i++) {
+                const Placed item = placed[i];
+                Py_ssize_t j = i;
+                for (; j > 0 && by_place(&placed[j - 1], &item) > 0; j--) placed[j] = placed[j - 1];
+                placed[j] = item;
+            }
+        } else {
+            qsort(placed, (size_t)count, sizeof(Placed), by_place);
+        }
+        double per_object = 1.0;
+        for (Py_ssize_t d = 0; d < ndim; d++) per_object *= (double)per[d];
+        double shards = 0.0, ranged = 0.0, breaks = 0.0;
+        Py_ssize_t begin = 0;
+        while (begin < count) {
+            Py_ssize_t end = begin + 1, pieces = 1;
+            for (; end < count && placed[end].key == placed[begin].key; end++)
+                if (placed[end].code != placed[end - 1].code) pieces++;
+            shards += 1.0;
+            if ((double)pieces < fraction * per_object) {
+                ranged += 1.0;
+                const int64_t *s = shard + placed[begin].at * ndim;
+                for (Py_ssize_t e = begin + 1; e < end; e++) {
+                    if (placed[e].code == placed[e - 1].code) continue;
+                    const int64_t *x = cell + placed[e - 1].at * ndim, *y = cell + placed[e].at * ndim;
+                    const int64_t split = where_bit[bit_length(placed[e - 1].code ^ placed[e].code) - 1];
+                    const int64_t level = split / ndim, dim = split % ndim;
+                    int64_t after = 1, before = 1;
+                    int x_full = 1, y_full = 1;
+                    int64_t *lxs = scratch, *lys = scratch + ndim, *region = scratch + 2 * ndim;
+                    for (Py_ssize_t d = 0; d < ndim; d++) {
+                        int64_t free = d < dim ? level + 1 : level;
+                        if (free > bits[d]) free = bits[d];
+                        const int64_t mask = ((int64_t)1 << free) - 1;
+                        const int64_t lx = x[d] - s[d] * per[d], ly = y[d] - s[d] * per[d];
+                        const int64_t stored = min64(per[d], grid[d] - s[d] * per[d]);
+                        const int partial = compressed && shape[d] % c[d] != 0 && s[d] * per[d] + stored == grid[d];
+                        const int64_t full_end = stored - 1 - partial;
+                        const int64_t a = min64(lx | mask, full_end) - lx + 1;
+                        const int64_t b = min64(ly, full_end) - (ly & ~mask) + 1;
+                        after *= a > 0 ? a : 0;
+                        before *= b > 0 ? b : 0;
+                        if (lx > full_end) x_full = 0;
+                        if (ly > full_end) y_full = 0;
+                        lxs[d] = lx;
+                        lys[d] = ly;
+                        region[d] = full_end + 1;
+                    }
+                    const int64_t between =
+                        ranked ? rank_in(lys, placed[e].code, where_bit, total_bits, bits, region, ndim) -
+                                     rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ndim) -
+                                     x_full
+                               : after - x_full + before - y_full;
+                    if ((double)between * enc[r] > (double)gap) breaks += 1.0;
+                }
+            }
+            begin = end;
+        }
+        shards_out[r] = shards;
+        ranged_out[r] = ranged;
+        breaks_out[r] = breaks;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(placed);
+    free(cell);
+    free(shard);
+    free(grid);
+    free(bits);
+    free(where_bit);
+    free(scratch);
+    Py_buffer *all[] = {&B.chunks, &B.per, &B.shape, &B.points, &B.enc, &B.shards, &B.ranged, &B.breaks};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gap_counts", gap_counts, METH_VARARGS,
      "gap_counts(boxes, read, row, lo, length, stored, grid, last, pieces, read_weight, chunk_enc, decoded, "
@@ -504,6 +864,12 @@ static PyMethodDef methods[] = {
      "first_touches(layouts, windows, ndim, shape, chunks, outer, per_object, lo, hi, starts, stops, span, chunk_enc, "
      "index_bytes, fraction, compressed, split_size, waits, first, ranged_first, whole_extra, parts, splits): "
      "revisits._block_numpy, added into the last six (split_size -1: none)."},
+    {"point_components", point_components, METH_VARARGS,
+     "point_components(rows, m, count, lengths, points, extent, full_cells, any_cells, partial_all, whole_cells, "
+     "compressed, merged, joined): merges._components_numpy, written into merged and joined."},
+    {"point_breaks", point_breaks, METH_VARARGS,
+     "point_breaks(layouts, ndim, count, chunks, per, shape, points, chunk_enc, gap, fraction, compressed, ranked, "
+     "shards, ranged, breaks): merges._breaks, written into the last three."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -8,3 +8,9 @@ def first_touches(layouts: int, windows: int, ndim: int, shape: Any, chunks: Any
                   hi: Any, starts: Any, stops: Any, span: Any, chunk_enc: Any, index_bytes: Any, fraction: float,
                   compressed: bool, split_size: int, waits: Any, first: Any, ranged_first: Any, whole_extra: Any,
                   parts: Any, splits: Any, /) -> None: ...
+def point_components(rows: int, m: int, count: int, lengths: Any, points: Any, extent: Any, full_cells: Any,
+                     any_cells: int, partial_all: Any, whole_cells: Any, compressed: bool, merged: Any, joined: Any,
+                     /) -> None: ...
+def point_breaks(layouts: int, ndim: int, count: int, chunks: Any, per: Any, shape: Any, points: Any, chunk_enc: Any,
+                 gap: int, fraction: float, compressed: bool, ranked: bool, shards: Any, ranged: Any, breaks: Any,
+                 /) -> None: ...

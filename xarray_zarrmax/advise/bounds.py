@@ -12,6 +12,7 @@ import numpy as np
 
 from xarray_zarrmax.advise.candidates import multiples
 from xarray_zarrmax.advise.memo import KeyedValues
+from xarray_zarrmax.advise.merges import MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 from xarray_zarrmax.advise.revisits import revisits
@@ -61,6 +62,11 @@ class SearchBounds:
     - from `SAMPLED` up, the ranges of shards read by ranges (`ranged`): of a batch's windows, also those of a
       shard an earlier window touched (its index cached, however many of its chunks); of a pointwise read (no
       index cached), each such shard's index request, and each shard it reads whole, its untouched bytes and parts;
+    - below `SAMPLED`, a pointwise read's ranges from where its chunks lie (`merges`, up to `merges.MOST_POINTS`
+      points): of every sharding at once and each listed, the components of its chunks that could merge (or share a
+      shard read whole); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked), and a
+      round trip more at
+      `LISTED` when every shard is read by ranges (the read waits for an index);
     - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
       ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 
@@ -90,6 +96,7 @@ class SearchBounds:
                                           np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(pointed, dtype=bool).reshape(len(sels), -1), tuple(points)))
         self._cells: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `_cells_of`
+        self._merges: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `_components_of`
         low = {name: f[0] for name, f in costs.factors().items()}
         # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
@@ -156,15 +163,32 @@ class SearchBounds:
                 # the first selection's chunks in its first object along d
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
                 corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
-            for _, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
-                logs += np.log(self._cells_of((picked * chunks[owner])[:, dims], dims, points)[0]) / windows
+            extra, point_wait = np.zeros(owner.size), np.zeros(owner.size)
+            for j, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
+                held = self._cells_of((picked * chunks[owner])[:, dims], dims, points)[0]
+                logs += np.log(held) / windows
+                # and the requests its ranges take at least (`_point_requests`): beyond one an object
+                others = [d for d in range(self.shape.size) if d not in dims]
+                first = pattern.starts[j, others] // chunks[:, others]
+                last = (pattern.stops[j, others] - 1) // chunks[:, others]
+                per = picked[:, others]
+                objects_j = held * np.prod(last[owner] // per - first[owner] // per + 1, axis=1)
+                touched_j = (self._cells_of(chunks[:, dims], dims, points)[0]
+                             * np.prod(last - first + 1, axis=1))[owner]
+                merged, joined = (v[owner] for v in self._components_of(chunks, pattern, j, dims, points))
+                extra += np.maximum(0.0, self._point_requests(objects_j, touched_j, per_object, merged, joined)
+                                    - objects_j)
+                if j == 0:  # every shard read by ranges: the read waits for an index first
+                    point_wait = (self.reader.full_shard_fraction * per_object > touched_j).astype(np.float64)
             mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
-            requests[:, p] = np.maximum(windows, windows * mean)
+            requests[:, p] = np.maximum(windows, windows * mean) + extra
             indexes[:, p] = np.maximum(1.0, mean)
             # a wave of round trips per `concurrency` objects (`floor` took one a selection)
             waves[:, p] = np.maximum(0.0, np.ceil(requests[:, p] / max(1, self.reader.concurrency) - 1e-9) - windows)
             if not pattern.pointed[0].any():  # the first selection finds no index cached: by ranges, it waits
                 waits[:, p] = corner < self.reader.full_shard_fraction * per_object
+            else:  # a pointwise one: its wait is a round trip of the waves' (each at least one a selection)
+                waves[:, p] = np.maximum(waves[:, p], point_wait)
         weights = np.asarray([pattern.weight for pattern in self.patterns])
         costs = self.costs
         rows[:, 0] += (waits + waves) @ weights * costs.latency_s
@@ -248,6 +272,92 @@ class SearchBounds:
             memo.add(missing, counted)
             values[:, ~found] = counted
         return values[:, inverse.ravel()]
+
+    def _point_requests(self, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray, merged: np.ndarray,
+                        joined: np.ndarray) -> np.ndarray:
+        """The requests at least of a pointwise read of sharded layouts, from the components of its chunks
+        (`_components_of`): with every shard read by ranges (fewer than ``full_shard_fraction`` of a shard's chunks
+        touched in all: ``objects`` index requests and a run at least each, runs at least ``merged``); with some
+        read whole, at least ``joined`` (one fetch of a whole shard joins its chunks); for every sharding at once
+        (``per_object`` 1), the lesser."""
+        ranged = self.reader.full_shard_fraction * per_object > touched
+        return np.where(per_object <= 1, np.minimum(1 + merged, joined),
+                        np.where(ranged, objects + np.maximum(objects, merged), joined))
+
+    def _aligned_requests(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
+                          pattern: _Pattern, j: int, dims: list[int], points: np.ndarray,
+                          ranked: bool = False) -> np.ndarray:
+        """Per layout, the requests at least of the pointwise read ``j`` of ``pattern`` from each shard's own
+        alignment (`merges.point_breaks`; ``ranked``: from its chunks' ranks, from `PAIRWISE` on): an index and a
+        run a shard read by ranges, a run more each break between its chunks, a request at least a shard read
+        whole; 0 (no bound) for layouts not sharded, where
+        the read touches more than one chunk along a dimension it does not point along, or past
+        `merges.MOST_POINTS` points."""
+        out = np.zeros(chunks.shape[0])
+        if points.shape[0] > MOST_POINTS:
+            return out
+        others = [d for d in range(self.shape.size) if d not in dims]
+        single = np.all(pattern.starts[j, others] // chunks[:, others]
+                        == (pattern.stops[j, others] - 1) // chunks[:, others], axis=1)
+        rows = np.flatnonzero(np.asarray(sharded, dtype=bool) & (per_object > 1) & single)
+        if rows.size == 0:
+            return out
+        at = np.repeat(pattern.starts[j][None], points.shape[0], axis=0)
+        at[:, dims] = points
+        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(chunks[rows].astype(np.float64), axis=1)
+                                             * self.costs.ratio))
+        shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at, chunk_enc,
+                                              min(int(self.reader.coalesce_gap), 1 << 62),
+                                              self.reader.full_shard_fraction, self.compressed, ranked)
+        out[rows] = shards + ranged + breaks
+        return out
+
+    def _components_of(self, chunks: np.ndarray, pattern: _Pattern, j: int, dims: list[int],
+                       points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``chunks`` (whole chunk shapes), `merges.point_components` of the pointwise read ``j`` of
+        ``pattern`` (along ``dims``, at ``points``): the components of its chunks that could merge in one range,
+        and that could also share a shard read whole; zeros (no bound) past `merges.MOST_POINTS` points.
+        Remembered per chunk shape across the search's calls, as `_cells_of`."""
+        k = chunks.shape[0]
+        if points.shape[0] > MOST_POINTS or k == 0:
+            return np.zeros(k), np.zeros(k)
+        radix = 8 * self.shape + 1
+        keyed = float(np.prod(radix.astype(np.float64))) < 2.0**62 and not (chunks >= radix).any()
+        if keyed:
+            code = np.zeros(k, dtype=np.int64)
+            for d in range(self.shape.size):
+                code = code * radix[d] + chunks[:, d]
+            distinct, inverse = np.unique(code, return_inverse=True)
+            memo = self._merges.setdefault(id(points), (KeyedValues(2), points))[0]
+            found, values = memo.find(distinct)
+            if found.all():
+                return values[0, inverse.ravel()], values[1, inverse.ravel()]
+            rows = np.empty((distinct.size, self.shape.size), dtype=np.int64)
+            rest = distinct.copy()
+            for d in range(self.shape.size - 1, -1, -1):
+                rows[:, d], rest = rest % radix[d], rest // radix[d]
+            rows = rows[~found]
+        else:
+            rows = chunks
+        others = [d for d in range(self.shape.size) if d not in dims]
+        first, last = pattern.starts[j, others] // rows[:, others], (pattern.stops[j, others] - 1) // rows[:, others]
+        touched = self._cells_of(rows[:, dims], dims, points)[0] * np.prod(last - first + 1, axis=1)
+        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(rows.astype(np.float64), axis=1)
+                                             * self.costs.ratio))
+        gap = min(int(self.reader.coalesce_gap), 1 << 62)
+        # along the other dimensions the read touches a chunk partly outside the array (compressed: smaller)
+        n = self.shape[others]
+        partial = (self.compressed & ((last == (n - 1) // rows[:, others]) & (n % rows[:, others] != 0)).any(axis=1)
+                   if others else np.zeros(rows.shape[0], dtype=bool))
+        fraction = self.reader.full_shard_fraction
+        whole = touched / fraction if fraction > 0 else np.full(rows.shape[0], np.inf)
+        counted = np.stack(point_components(rows[:, dims], points, self.shape[dims], gap // chunk_enc.astype(np.int64),
+                                            gap, partial, whole, self.compressed))
+        if not keyed:
+            return counted[0], counted[1]
+        memo.add(distinct[~found], counted)
+        values[:, ~found] = counted
+        return values[0, inverse.ravel()], values[1, inverse.ravel()]
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
         """`_cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
@@ -365,8 +475,13 @@ class SearchBounds:
         point_indexes = {j: np.where(sharded & (whole_at_least > 0), np.maximum(
             0.0, objects[:, j] - np.floor(touched[:, j] / np.maximum(whole_at_least, 1e-300) + 1e-9)), 0.0)
             for j, _, _ in pattern.points if j < windows}
+        # and the ranges of its shards at least, beyond one an object (`_point_requests`)
+        point_runs = {j: np.where(sharded, np.maximum(0.0, np.maximum(self._point_requests(
+            objects[:, j], touched[:, j], per_object, *self._components_of(chunks, pattern, j, dims, points)),
+            self._aligned_requests(chunks, outer, sharded, per_object, pattern, j, dims, points, level >= PAIRWISE))
+            - objects[:, j] - point_indexes[j]), 0.0) for j, dims, points in pattern.points if j < windows}
         if level < SAMPLED:
-            requests += sum(point_indexes.values(), np.zeros(k))
+            requests += sum(point_indexes.values(), np.zeros(k)) + sum(point_runs.values(), np.zeros(k))
         # a selection whose shards no earlier one touched finds no index cached: one it touches in fewer chunks
         # than read it whole (full_shard_fraction) waits for its index, then its ranges
         ranged = sharded[:, None] & (corner < self.reader.full_shard_fraction * per_object[:, None])
@@ -419,8 +534,8 @@ class SearchBounds:
                                      max(1, self.reader.split_size), gaps=j < sampled)
                 at = where[runs.rows]
                 requests[at] += runs.requests + runs.by_ranges + runs.whole_parts
-                point_indexes[j][at] = 0.0  # counted object by object; the rest as at PAIRWISE
-                requests += point_indexes[j]
+                point_indexes[j][at] = point_runs[j][at] = 0.0  # counted object by object; the rest as at PAIRWISE
+                requests += point_indexes[j] + point_runs[j]
                 gap_bytes[at] += runs.gap_bytes
                 whole_extra[at] += runs.whole_extra
             pointwise = {j for j, _, _ in pattern.points}

@@ -1,0 +1,182 @@
+"""Issue 42, cause 3: a pointwise read's requests bounded from where its chunks lie, without ranking them in a
+shard (`merges`), so that a search of scattered points on an object store proves most sharded layouts slower at its
+quick bound. Each bound is held to the model's own count of the read (`count_read`), never above it, and seen to
+raise the search's bounds where the ranks would."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from xarray_zarrmax.advise import Costs, Points, Reader, pattern_selections, rank
+from xarray_zarrmax.advise import bounds as bounds_module
+from xarray_zarrmax.advise import merges as merges_module
+from xarray_zarrmax.advise.bounds import PAIRWISE, QUICK, TERMS, SearchBounds
+from xarray_zarrmax.advise.candidates import candidate_layouts, multiples
+from xarray_zarrmax.advise.counting import count_read
+from xarray_zarrmax.advise.merges import point_breaks, point_components
+from xarray_zarrmax.advise.model import Layout, PointRead
+from xarray_zarrmax.core.geometry import Axis
+
+DIMS = ("time", "lev", "lat", "lon")
+
+
+def _sharded(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A random array shape, chunk shape and chunks per shard, with shards of many chunks more often than not."""
+    ndim = int(rng.integers(1, 5))
+    shape = tuple(int(n) for n in rng.integers(4, (200, 60, 24, 12)[ndim - 1], ndim))
+    chunks = tuple(int(rng.integers(1, max(2, n // 3) + 1)) for n in shape)
+    per = tuple(int(rng.integers(1, -(-n // c) + 1)) if rng.integers(0, 3) else -(-n // c)
+                for n, c in zip(shape, chunks, strict=True))
+    return shape, chunks, per
+
+
+@pytest.mark.usefixtures("bound_kernels")
+@pytest.mark.parametrize("seed", range(6))
+def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -> None:
+    """`point_breaks` of a read of points along every dimension: its shards and those read by ranges exactly the
+    model's objects and index requests, and with the breaks between runs never more requests than the model
+    counts; ranked, never fewer breaks than from the boxes, and the model's count where every chunk is whole. Seen
+    to bite: some layouts' breaks from the boxes alone are more than none, and some are the model's count."""
+    rng = np.random.default_rng(900 + seed)
+    bitten = exact = 0
+    for _ in range(60):
+        shape, chunks, per = _sharded(rng)
+        count = int(rng.integers(2, 40))
+        points = np.stack([rng.integers(0, n, count) for n in shape], axis=1)
+        enc = int(rng.choice([1, 7, 100, 4096]))
+        compressed, local = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+        reader = Reader(local=local, full_shard_fraction=float(rng.choice([0.25, 0.5, 1.0])),
+                        coalesce_gap=int(rng.choice([0, 150, 5000, 1 << 20])))
+        layout = Layout(chunks, tuple(k * c for k, c in zip(per, chunks, strict=True)))
+        box = tuple(Axis(0, 1) for _ in shape)
+        counts = count_read([PointRead(tuple(range(len(shape))), points, box)], shape, 1, layout, enc, reader,
+                            compressed=compressed)
+        found = [point_breaks(np.asarray([chunks]), np.asarray([per]), np.asarray(shape), points,
+                              np.asarray([float(enc)]), reader.coalesce_gap, reader.full_shard_fraction, compressed,
+                              ranked) for ranked in (False, True)]
+        where = (shape, chunks, per, points.tolist(), enc, compressed, reader)
+        for shards, ranged, breaks in found:
+            assert (shards[0], ranged[0]) == (counts.objects, counts.index_requests), where
+            assert shards[0] + ranged[0] + breaks[0] <= counts.requests, where
+        boxed, ranks = (float(f[0][0] + f[1][0] + f[2][0]) for f in found)
+        assert boxed <= ranks, where  # every whole chunk between counted: never fewer breaks
+        if not compressed and not local:  # every chunk whole: the ranks' breaks are the model's
+            assert ranks == counts.requests, where
+        bitten += found[0][2][0] > 0
+        exact += found[0][2][0] > 0 and boxed == counts.requests
+    assert bitten >= 5 and exact >= 1, (bitten, exact)
+
+
+@pytest.mark.usefixtures("bound_kernels")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_components_bound_every_sharding_of_a_chunk_shape(seed: int) -> None:
+    """`point_components` as `SearchBounds` takes it: for every sharding of a chunk shape read by ranges
+    throughout, an index a shard and runs at least the components that could merge; with a shard that may be
+    read whole, at least the components that could also share one; never more than the model's requests."""
+    rng = np.random.default_rng(950 + seed)
+    bitten = 0
+    for _ in range(25):
+        shape, chunks, _ = _sharded(rng)
+        ndim = len(shape)
+        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim + 1)), replace=False).tolist())
+        count = int(rng.integers(2, 30))
+        points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
+        box = tuple(Axis(0, 1) if d in dims else Axis(s := int(rng.integers(0, n)), int(rng.integers(s + 1, n + 1)))
+                    for d, n in enumerate(shape))
+        enc = int(rng.choice([1, 7, 100, 4096]))
+        compressed = bool(rng.integers(0, 2))
+        fraction = float(rng.choice([0.25, 0.5, 1.0]))
+        reader = Reader(full_shard_fraction=fraction, coalesce_gap=int(rng.choice([0, 150, 5000])))
+        others = [d for d in range(ndim) if d not in dims]
+        column = math.prod((box[d].stop - 1) // chunks[d] - box[d].start // chunks[d] + 1 for d in others)
+        distinct = {tuple(p) for p in (points // np.asarray(chunks)[dims]).tolist()}
+        touched = len(distinct) * column
+        n = np.asarray(shape)[others]
+        last = np.asarray([(box[d].stop - 1) // chunks[d] for d in others])
+        partial = compressed and bool(((last == (n - 1) // np.asarray(chunks)[others])
+                                       & (n % np.asarray(chunks)[others] != 0)).any())
+        merged, joined = point_components(np.asarray([chunks])[:, dims], points, np.asarray(shape)[dims],
+                                          np.asarray([reader.coalesce_gap // enc]), reader.coalesce_gap,
+                                          np.asarray([partial]), np.asarray([touched / fraction]), compressed)
+        every = []
+        for per in _every_per(shape, chunks, rng):
+            layout = Layout(chunks, tuple(k * c for k, c in zip(per, chunks, strict=True)))
+            counts = count_read([PointRead(tuple(dims), points, box)], shape, 1, layout, enc, reader,
+                                compressed=compressed)
+            all_ranged = fraction * math.prod(per) > touched
+            least = counts.objects + max(counts.objects, merged[0]) if all_ranged else joined[0]
+            where = (shape, chunks, per, dims, points.tolist(), box, enc, compressed, reader, merged, joined)
+            assert least <= counts.requests, where
+            every.append(counts.requests)
+            bitten += least > counts.objects + counts.index_requests
+        assert min(1 + merged[0], joined[0]) <= min(every)
+    assert bitten >= 3, bitten
+
+
+def _every_per(shape: tuple[int, ...], chunks: tuple[int, ...], rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """Up to 12 shardings of a chunk shape (more than one chunk a shard), the whole array's among them."""
+    grid = [-(-n // c) for n, c in zip(shape, chunks, strict=True)]
+    out = [tuple(grid)]
+    for _ in range(11):
+        per = tuple(int(rng.integers(1, g + 1)) for g in grid)
+        if math.prod(per) > 1:
+            out.append(per)
+    return out
+
+
+@pytest.mark.usefixtures("bound_kernels")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_search_bounds_of_scattered_points_stay_below_the_prediction(seed: int) -> None:
+    """The bounds the search takes (`LISTED`, `QUICK`, `PAIRWISE` and every sharding at once) of points scattered
+    along every dimension, under an object store where a shard's ranges cost requests: term by term no more than
+    the prediction, and above what they were without `merges` for some layouts (the bound bites)."""
+    rng = np.random.default_rng(990 + seed)
+    ndim = int(rng.integers(2, 5))
+    shape = tuple(int(n) for n in rng.integers(8, (0, 0, 90, 30, 12)[ndim], ndim))
+    dims = DIMS[:ndim]
+    count = int(rng.integers(5, 30))
+    cells = np.unravel_index(rng.choice(math.prod(shape), count, replace=False), shape)
+    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, decode_bps=1e9, ratio=float(rng.choice([0.3, 1.0])),
+                  request_s=1e-3, connect_s=3e-4, index_s=5e-5, local=False)
+    reader = Reader(local=False, full_shard_fraction=float(rng.choice([0.25, 0.5])),
+                    coalesce_gap=int(rng.choice([100, 2000, 20000])))
+    selections = {"points": pattern_selections("points", mix["points"], dims, shape)}
+    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
+    layouts = [layouts[i] for i in rng.permutation(len(layouts))[:300]]
+    predicted = {c.layout: dict(c.terms) for c in rank(shape, dims, 4, mix, costs=costs, reader=reader,
+                                                       layouts=layouts)}
+
+    def bounds_of() -> dict[str, np.ndarray]:
+        bounds = SearchBounds(selections, {"points": 1.0}, shape, 4, costs, reader)
+        chunks = np.asarray([lay.chunks for lay in layouts])
+        outer = np.asarray([lay.outer for lay in layouts])
+        per_object = np.asarray([lay.chunks_per_object() for lay in layouts], dtype=float)
+        sharded = np.ones(len(layouts), dtype=bool)
+        whole = np.broadcast_to(np.asarray(shape), chunks.shape)
+        every = bounds.terms(chunks, whole, sharded, np.ones(len(layouts)), QUICK)
+        ks = outer // chunks
+        which = np.argmax(multiples(chunks, shape) == ks[:, :, None], axis=2)
+        return {"every": every, "listed": bounds.sharded_floor(every, chunks, np.arange(len(layouts)), which),
+                **{str(level): bounds.terms(chunks, outer, sharded, per_object, level) for level in (QUICK, PAIRWISE)}}
+
+    found = bounds_of()
+    for i, layout in enumerate(layouts):
+        for name, rows in found.items():
+            for t, term in enumerate(TERMS):
+                if term != "transfer":
+                    assert rows[i, t] <= predicted[layout].get(term, 0.0) * (1 + 1e-9) + 1e-15, (layout, name, term)
+    before = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bounds_module, "MOST_POINTS", -1)
+        before = bounds_of()
+    request = TERMS.index("request_s")
+    raised = {name: int((found[name][:, request] > before[name][:, request] + 1e-12).sum()) for name in found}
+    assert raised[str(QUICK)] > 0, raised
+    if seed == 0:  # and, here, of every sharding at once and of each sharding listed
+        assert raised["every"] > 0 and raised["listed"] > 0, raised
+    assert all((found[name][:, request] >= before[name][:, request] - 1e-12).all() for name in found)
+    assert merges_module.MOST_POINTS >= count  # (the bounds above were worked out, not skipped)
