@@ -12,7 +12,7 @@ import numpy as np
 
 from xarray_zarrmax.advise.candidates import multiples
 from xarray_zarrmax.advise.memo import KeyedValues
-from xarray_zarrmax.advise.merges import MOST_POINTS, point_breaks, point_components
+from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 from xarray_zarrmax.advise.revisits import revisits
@@ -62,11 +62,11 @@ class SearchBounds:
     - from `SAMPLED` up, the ranges of shards read by ranges (`ranged`): of a batch's windows, also those of a
       shard an earlier window touched (its index cached, however many of its chunks); of a pointwise read (no
       index cached), each such shard's index request, and each shard it reads whole, its untouched bytes and parts;
-    - below `SAMPLED`, a pointwise read's ranges from where its chunks lie (`merges`, up to `merges.MOST_POINTS`
-      points): of every sharding at once and each listed, the components of its chunks that could merge (or share a
-      shard read whole); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked), and a
-      round trip more at
-      `LISTED` when every shard is read by ranges (the read waits for an index);
+    - below `SAMPLED`, a pointwise read's ranges from where its chunks lie (`merges`): of every sharding at once and
+      each listed, the components of its chunks that could merge (or share a shard read whole; up to
+      `merges.MOST_PAIRED` points), and a round trip more at `LISTED` when every shard is read by ranges (the read
+      waits for an index); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked; up to
+      `merges.MOST_POINTS` points);
     - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
       ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 
@@ -316,10 +316,10 @@ class SearchBounds:
                        points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``chunks`` (whole chunk shapes), `merges.point_components` of the pointwise read ``j`` of
         ``pattern`` (along ``dims``, at ``points``): the components of its chunks that could merge in one range,
-        and that could also share a shard read whole; zeros (no bound) past `merges.MOST_POINTS` points.
+        and that could also share a shard read whole; zeros (no bound) past `merges.MOST_PAIRED` points.
         Remembered per chunk shape across the search's calls, as `_cells_of`."""
         k = chunks.shape[0]
-        if points.shape[0] > MOST_POINTS or k == 0:
+        if points.shape[0] > MOST_PAIRED or k == 0:
             return np.zeros(k), np.zeros(k)
         radix = 8 * self.shape + 1
         keyed = float(np.prod(radix.astype(np.float64))) < 2.0**62 and not (chunks >= radix).any()
