@@ -83,10 +83,10 @@ def _pointed_by_hand(shape: tuple[int, ...], chunks: np.ndarray, outer: np.ndarr
 
 @pytest.mark.parametrize("huge", [False, True], ids=["codes", "past-2^62"])
 def test_a_pointwise_reads_chunks_and_objects_are_bounded_per_distinct_lengths(huge: bool) -> None:
-    """`SearchBounds._pointed`, worked out once per distinct chunk lengths and once per distinct object lengths,
-    against each layout by hand: its chunks, their fractions and its objects exactly; and of the chunks an
-    object holds, the bound of the fewest at least the fewest (the read waits for an index only if one holds
-    few) and the mean at most the most (it holds a whole object in flight only if one holds many)."""
+    """`SearchBounds.pointwise.pointed` (`point_bounds`), worked out once per distinct chunk lengths and once per
+    distinct object lengths, against each layout by hand: its chunks, their fractions and its objects exactly; and
+    of the chunks an object holds, the bound of the fewest at least the fewest (the read waits for an index only if
+    one holds few) and the mean at most the most (it holds a whole object in flight only if one holds many)."""
     rng = np.random.default_rng(11 + huge)
     for _ in range(25):
         m = int(rng.integers(1, 4))
@@ -106,7 +106,7 @@ def test_a_pointwise_reads_chunks_and_objects_are_bounded_per_distinct_lengths(h
         outer = chunks * rng.integers(1, 4, size=chunks.shape)
         outer[0] *= 1 + 40 * int(rng.integers(0, 2))  # now and then a shard far longer than the array
         for _ in range(2):  # and asked again: what is remembered is the same
-            touched, fraction, objects, fewest, mean = bounds._pointed(chunks, outer, dims, points)
+            touched, fraction, objects, fewest, mean = bounds.pointwise.pointed(chunks, outer, dims, points)
             for r in range(k):
                 cells, frac, objs, least_chunks, most_chunks, least_points = _pointed_by_hand(
                     shape, chunks[r], outer[r], points)

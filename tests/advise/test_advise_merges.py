@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from xarray_zarrmax.advise import Costs, Points, Reader, pattern_selections, rank
-from xarray_zarrmax.advise import bounds as bounds_module
 from xarray_zarrmax.advise import merges as merges_module
+from xarray_zarrmax.advise import point_bounds as point_bounds_module
 from xarray_zarrmax.advise.bounds import PAIRWISE, QUICK, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import candidate_layouts, multiples
 from xarray_zarrmax.advise.counting import count_read
@@ -171,8 +171,8 @@ def test_the_search_bounds_of_scattered_points_stay_below_the_prediction(seed: i
                     assert rows[i, t] <= predicted[layout].get(term, 0.0) * (1 + 1e-9) + 1e-15, (layout, name, term)
     before = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(bounds_module, "MOST_POINTS", -1)
-        patch.setattr(bounds_module, "MOST_PAIRED", -1)
+        patch.setattr(point_bounds_module, "MOST_POINTS", -1)
+        patch.setattr(point_bounds_module, "MOST_PAIRED", -1)
         before = bounds_of()
     request = TERMS.index("request_s")
     raised = {name: int((found[name][:, request] > before[name][:, request] + 1e-12).sum()) for name in found}

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.advise.candidates import multiples
-from xarray_zarrmax.advise.memo import KeyedValues
-from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
+from xarray_zarrmax.advise.point_bounds import PointBounds
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
 from xarray_zarrmax.advise.revisits import revisits
 from xarray_zarrmax.core.geometry import Selection
@@ -95,8 +94,7 @@ class SearchBounds:
                                           np.asarray(starts, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(stops, dtype=np.int64).reshape(len(sels), -1),
                                           np.asarray(pointed, dtype=bool).reshape(len(sels), -1), tuple(points)))
-        self._cells: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `_cells_of`
-        self._merges: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `_components_of`
+        self.pointwise = PointBounds(self.shape.tolist(), itemsize, costs, reader, compressed)
         low = {name: f[0] for name, f in costs.factors().items()}
         # per term, the factor of its low end, at most 1 (a spread's quartiles need not hold the value itself)
         self.key_factors = np.asarray([min(1.0, low.get(name, 1.0)) for name in TERMS[:8]]
@@ -134,16 +132,17 @@ class SearchBounds:
 
     def sharded_floor(self, floor: np.ndarray, chunks: np.ndarray, owner: np.ndarray,
                       which: np.ndarray) -> np.ndarray:
-        """The `LISTED` bound of many sharded layouts, in O(ndim) a layout: ``floor`` (`terms` at `QUICK` of each
-        row of ``chunks`` with ``outer`` the array's shape: a bound of every sharding of that chunk shape at once)
-        raised by what each layout's own shards add at least. Per pattern, a selection's objects are a product
-        over dimensions of each dimension's (a pointwise read's: times the distinct objects holding its points,
-        `_cells_of` per distinct object lengths, as `QUICK` counts them); over the selections their sum (a request
-        each) is at least their count times the product of each dimension's geometric mean over them (AM-GM), and
-        their most (shards whose index is parsed, each its entries and bytes) at least that product, and a round
-        trip each `Reader.concurrency` of them; the first selection, when it reads its first shard by ranges, waits
-        for the shard's index (a round trip). ``owner``: each layout's row of ``chunks``; ``which``: per
-        dimension, which of `candidates.multiples` its chunks per shard are."""
+        """The `LISTED` bound of many sharded layouts, in O(ndim) a layout: ``floor`` (`terms` at `QUICK` of
+        each row of ``chunks`` with ``outer`` the array's shape: a bound of every sharding of that chunk shape
+        at once) raised by what each layout's own shards add at least. Per pattern, a selection's objects are a
+        product over dimensions of each dimension's (a pointwise read's: times the distinct objects holding its
+        points, `point_bounds.PointBounds.cells_of` per distinct object lengths, as `QUICK` counts them); over
+        the selections their sum (a request each) is at least their count times the product of each dimension's
+        geometric mean over them (AM-GM), and their most (shards whose index is parsed, each its entries and
+        bytes) at least that product, and a round trip each `Reader.concurrency` of them; the first selection,
+        when it reads its first shard by ranges, waits for the shard's index (a round trip). ``owner``: each
+        layout's row of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per
+        shard are."""
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         picked = np.take_along_axis(table[owner], which[:, :, None], axis=2)[:, :, 0]
         per_object = np.prod(picked.astype(np.float64), axis=1)
@@ -165,18 +164,19 @@ class SearchBounds:
                 corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
             extra, point_wait = np.zeros(owner.size), np.zeros(owner.size)
             for j, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
-                held = self._cells_of((picked * chunks[owner])[:, dims], dims, points)[0]
+                held = self.pointwise.cells_of((picked * chunks[owner])[:, dims], dims, points)[0]
                 logs += np.log(held) / windows
-                # and the requests its ranges take at least (`_point_requests`): beyond one an object
+                # and the requests its ranges take at least (`point_bounds.PointBounds.requests`): beyond one an object
                 others = [d for d in range(self.shape.size) if d not in dims]
                 first = pattern.starts[j, others] // chunks[:, others]
                 last = (pattern.stops[j, others] - 1) // chunks[:, others]
                 per = picked[:, others]
                 objects_j = held * np.prod(last[owner] // per - first[owner] // per + 1, axis=1)
-                touched_j = (self._cells_of(chunks[:, dims], dims, points)[0]
+                touched_j = (self.pointwise.cells_of(chunks[:, dims], dims, points)[0]
                              * np.prod(last - first + 1, axis=1))[owner]
-                merged, joined = (v[owner] for v in self._components_of(chunks, pattern, j, dims, points))
-                extra += np.maximum(0.0, self._point_requests(objects_j, touched_j, per_object, merged, joined)
+                merged, joined = (v[owner] for v in self.pointwise.components_of(
+                    chunks, pattern.starts[j], pattern.stops[j], dims, points))
+                extra += np.maximum(0.0, self.pointwise.requests(objects_j, touched_j, per_object, merged, joined)
                                     - objects_j)
                 if j == 0:  # every shard read by ranges: the read waits for an index first
                     point_wait = (self.reader.full_shard_fraction * per_object > touched_j).astype(np.float64)
@@ -214,7 +214,7 @@ class SearchBounds:
             touched *= np.where(pt, 1, t)
             fraction *= np.where(pt, 1.0, f)
         for j, dims, points in pattern.points:
-            t_p, f_p, *_ = self._pointed(chunks, outer, dims, points)
+            t_p, f_p, *_ = self.pointwise.pointed(chunks, outer, dims, points)
             touched[:, j] *= t_p
             fraction[:, j] *= f_p
         return touched.sum(axis=1), fraction.sum(axis=1), self._calling(chunks, touched)
@@ -228,173 +228,6 @@ class SearchBounds:
             return np.zeros(chunks.shape[0])
         chunk_dec = self.itemsize * np.prod(chunks.astype(np.float64), axis=1)
         return np.where(touched * chunk_dec[:, None] < JOB_BYTES, touched, 0.0).sum(axis=1)
-
-    def _pointed(self, chunks: np.ndarray, outer: np.ndarray, dims: list[int],
-                 points: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per row, for a pointwise read along ``dims`` (as `counting._count_points` reads it): the distinct
-        chunks holding its ``points`` (along those dimensions), their fractions inside the array summed, the
-        distinct objects holding them, and two bounds of their chunks an object (the read waits for an index
-        when one object holds few, and holds a whole object in flight when one holds many): at least one object
-        holds at most the lesser of their mean and the fewest points an object holds, and one at least their
-        mean. The chunks depend on the chunk lengths alone and the objects on the object lengths alone: each
-        worked out once per distinct lengths along ``dims`` in a search (`_cells_of`), never per (layout,
-        point)."""
-        k = chunks.shape[0]
-        if points.shape[0] == 0:
-            return np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
-        touched, fraction, _ = self._cells_of(chunks[:, dims], dims, points)
-        objects, _, least = self._cells_of(outer[:, dims], dims, points)
-        mean = touched / objects
-        return touched, fraction, objects, np.minimum(mean, least), mean
-
-    def _cells_of(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
-        """``(3, rows)``: per row of cell ``lengths`` along ``dims``, the distinct cells holding ``points``, their
-        fractions inside the array summed, and the fewest points a cell holds; remembered per (points, lengths)
-        across the search's calls (its levels ask again of the same lengths), each row of lengths keyed by one
-        mixed-radix code (`memo.KeyedValues`: a search asks of millions of rows)."""
-        radix = 8 * self.shape[dims] + 1  # (a shard may be longer than the array: up to 8 times, keyed)
-        if float(np.prod(radix.astype(np.float64))) >= 2.0**62 or (lengths >= radix).any():  # afresh, no key
-            distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
-            return self._count_cells(distinct, dims, points)[:, inverse.ravel()]
-        code = np.zeros(lengths.shape[0], dtype=np.int64)
-        for d in range(len(dims)):
-            code = code * radix[d] + lengths[:, d]
-        distinct, inverse = np.unique(code, return_inverse=True)
-        memo = self._cells.setdefault(id(points), (KeyedValues(3), points))[0]  # (the points held: their id
-        found, values = memo.find(distinct)  # stays theirs)
-        if not found.all():
-            missing = distinct[~found]
-            rows = np.empty((missing.size, len(dims)), dtype=np.int64)
-            rest = missing.copy()
-            for d in range(len(dims) - 1, -1, -1):
-                rows[:, d], rest = rest % radix[d], rest // radix[d]
-            counted = self._count_cells(rows, dims, points)
-            memo.add(missing, counted)
-            values[:, ~found] = counted
-        return values[:, inverse.ravel()]
-
-    def _point_requests(self, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray, merged: np.ndarray,
-                        joined: np.ndarray) -> np.ndarray:
-        """The requests at least of a pointwise read of sharded layouts, from the components of its chunks
-        (`_components_of`): with every shard read by ranges (fewer than ``full_shard_fraction`` of a shard's chunks
-        touched in all: ``objects`` index requests and a run at least each, runs at least ``merged``); with some
-        read whole, at least ``joined`` (one fetch of a whole shard joins its chunks); for every sharding at once
-        (``per_object`` 1), the lesser."""
-        ranged = self.reader.full_shard_fraction * per_object > touched
-        return np.where(per_object <= 1, np.minimum(1 + merged, joined),
-                        np.where(ranged, objects + np.maximum(objects, merged), joined))
-
-    def _aligned_requests(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
-                          pattern: _Pattern, j: int, dims: list[int], points: np.ndarray,
-                          ranked: bool = False) -> np.ndarray:
-        """Per layout, the requests at least of the pointwise read ``j`` of ``pattern`` from each shard's own
-        alignment (`merges.point_breaks`; ``ranked``: from its chunks' ranks, from `PAIRWISE` on): an index and a
-        run a shard read by ranges, a run more each break between its chunks, a request at least a shard read
-        whole; 0 (no bound) for layouts not sharded, where
-        the read touches more than one chunk along a dimension it does not point along, or past
-        `merges.MOST_POINTS` points."""
-        out = np.zeros(chunks.shape[0])
-        if points.shape[0] > MOST_POINTS:
-            return out
-        others = [d for d in range(self.shape.size) if d not in dims]
-        single = np.all(pattern.starts[j, others] // chunks[:, others]
-                        == (pattern.stops[j, others] - 1) // chunks[:, others], axis=1)
-        rows = np.flatnonzero(np.asarray(sharded, dtype=bool) & (per_object > 1) & single)
-        if rows.size == 0:
-            return out
-        at = np.repeat(pattern.starts[j][None], points.shape[0], axis=0)
-        at[:, dims] = points
-        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(chunks[rows].astype(np.float64), axis=1)
-                                             * self.costs.ratio))
-        shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at, chunk_enc,
-                                              min(int(self.reader.coalesce_gap), 1 << 62),
-                                              self.reader.full_shard_fraction, self.compressed, ranked)
-        out[rows] = shards + ranged + breaks
-        return out
-
-    def _components_of(self, chunks: np.ndarray, pattern: _Pattern, j: int, dims: list[int],
-                       points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row of ``chunks`` (whole chunk shapes), `merges.point_components` of the pointwise read ``j`` of
-        ``pattern`` (along ``dims``, at ``points``): the components of its chunks that could merge in one range,
-        and that could also share a shard read whole; zeros (no bound) past `merges.MOST_PAIRED` points.
-        Remembered per chunk shape across the search's calls, as `_cells_of`."""
-        k = chunks.shape[0]
-        if points.shape[0] > MOST_PAIRED or k == 0:
-            return np.zeros(k), np.zeros(k)
-        radix = 8 * self.shape + 1
-        keyed = float(np.prod(radix.astype(np.float64))) < 2.0**62 and not (chunks >= radix).any()
-        if keyed:
-            code = np.zeros(k, dtype=np.int64)
-            for d in range(self.shape.size):
-                code = code * radix[d] + chunks[:, d]
-            distinct, inverse = np.unique(code, return_inverse=True)
-            memo = self._merges.setdefault(id(points), (KeyedValues(2), points))[0]
-            found, values = memo.find(distinct)
-            if found.all():
-                return values[0, inverse.ravel()], values[1, inverse.ravel()]
-            rows = np.empty((distinct.size, self.shape.size), dtype=np.int64)
-            rest = distinct.copy()
-            for d in range(self.shape.size - 1, -1, -1):
-                rows[:, d], rest = rest % radix[d], rest // radix[d]
-            rows = rows[~found]
-        else:
-            rows = chunks
-        others = [d for d in range(self.shape.size) if d not in dims]
-        first, last = pattern.starts[j, others] // rows[:, others], (pattern.stops[j, others] - 1) // rows[:, others]
-        touched = self._cells_of(rows[:, dims], dims, points)[0] * np.prod(last - first + 1, axis=1)
-        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(rows.astype(np.float64), axis=1)
-                                             * self.costs.ratio))
-        gap = min(int(self.reader.coalesce_gap), 1 << 62)
-        # along the other dimensions the read touches a chunk partly outside the array (compressed: smaller)
-        n = self.shape[others]
-        partial = (self.compressed & ((last == (n - 1) // rows[:, others]) & (n % rows[:, others] != 0)).any(axis=1)
-                   if others else np.zeros(rows.shape[0], dtype=bool))
-        fraction = self.reader.full_shard_fraction
-        whole = touched / fraction if fraction > 0 else np.full(rows.shape[0], np.inf)
-        counted = np.stack(point_components(rows[:, dims], points, self.shape[dims], gap // chunk_enc.astype(np.int64),
-                                            gap, partial, whole, self.compressed))
-        if not keyed:
-            return counted[0], counted[1]
-        memo.add(distinct[~found], counted)
-        values[:, ~found] = counted
-        return values[0, inverse.ravel()], values[1, inverse.ravel()]
-
-    def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
-        """`_cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
-        most 2^21 (row, point) pairs (a read of 10^5 points costs no more memory than one of a few)."""
-        n = self.shape[dims]
-        count = points.shape[0]
-        grid = -(-n[None] // lengths)  # (rows, m) cells along each dimension
-        out = np.zeros((3, lengths.shape[0]))
-        if float(np.prod(n.astype(np.float64))) >= 2.0**62:  # codes could overflow: a row at a time
-            for r, along in enumerate(lengths):
-                cells, held = np.unique(points // along, axis=0, return_counts=True)
-                out[:, r] = (cells.shape[0], np.prod(np.minimum(along, n - cells * along) / along, axis=1).sum(),
-                             held.min())
-            return out
-        step = max(1, (1 << 21) // count)
-        for a in range(0, lengths.shape[0], step):
-            along, cells = lengths[a:a + step], grid[a:a + step]
-            code = points[None, :, 0] // along[:, 0, None]
-            for d in range(1, len(dims)):
-                code = code * cells[:, d, None] + points[None, :, d] // along[:, d, None]
-            code.sort(axis=1)
-            new = np.ones(code.shape, dtype=bool)
-            new[:, 1:] = code[:, 1:] != code[:, :-1]
-            per_row = new.sum(axis=1)
-            out[0, a:a + step] = per_row
-            # each cell's points: from its first to the next cell's (a row's first is always new)
-            begins = np.flatnonzero(new.ravel())
-            held = np.diff(np.append(begins, new.size))
-            out[2, a:a + step] = np.minimum.reduceat(held, np.cumsum(per_row) - per_row)
-            # a cell's fraction inside: less than whole only along a dimension where it is the array's last
-            inside = np.ones(code.shape)
-            for d in range(len(dims) - 1, -1, -1):
-                ids, code = code % cells[:, d, None], code // cells[:, d, None]
-                c = along[:, d, None]
-                inside *= np.minimum(c, n[d] - ids * c) / c
-            out[1, a:a + step] = np.where(new, inside, 0.0).sum(axis=1)
-        return out
 
     def _along(self, d: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Chunks of length ``c`` that [s, e) touches along dimension ``d``, and their fraction inside the array
@@ -445,7 +278,7 @@ class SearchBounds:
         most = corner.copy()
         for j, dims, points in pattern.points:
             if j < windows:  # along the pointed dimensions: the distinct chunks and objects of its points
-                t_p, f_p, o_p, fewest, mean = self._pointed(chunks, outer, dims, points)
+                t_p, f_p, o_p, fewest, mean = self.pointwise.pointed(chunks, outer, dims, points)
                 touched[:, j] *= t_p
                 fraction[:, j] *= f_p
                 objects[:, j] *= o_p
@@ -475,10 +308,13 @@ class SearchBounds:
         point_indexes = {j: np.where(sharded & (whole_at_least > 0), np.maximum(
             0.0, objects[:, j] - np.floor(touched[:, j] / np.maximum(whole_at_least, 1e-300) + 1e-9)), 0.0)
             for j, _, _ in pattern.points if j < windows}
-        # and the ranges of its shards at least, beyond one an object (`_point_requests`)
-        point_runs = {j: np.where(sharded, np.maximum(0.0, np.maximum(self._point_requests(
-            objects[:, j], touched[:, j], per_object, *self._components_of(chunks, pattern, j, dims, points)),
-            self._aligned_requests(chunks, outer, sharded, per_object, pattern, j, dims, points, level >= PAIRWISE))
+        # and the ranges of its shards at least, beyond one an object (`point_bounds.PointBounds.requests`)
+        point = self.pointwise
+        point_runs = {j: np.where(sharded, np.maximum(0.0, np.maximum(point.requests(
+            objects[:, j], touched[:, j], per_object,
+            *point.components_of(chunks, pattern.starts[j], pattern.stops[j], dims, points)),
+            point.aligned_requests(chunks, outer, sharded, per_object, pattern.starts[j], pattern.stops[j], dims,
+                                   points, level >= PAIRWISE))
             - objects[:, j] - point_indexes[j]), 0.0) for j, dims, points in pattern.points if j < windows}
         if level < SAMPLED:
             requests += sum(point_indexes.values(), np.zeros(k)) + sum(point_runs.values(), np.zeros(k))
