@@ -156,9 +156,9 @@ REFINE_STEPS = 64
 SEARCH_LAYOUTS = 5000
 #: The seconds the branch-and-bound search spends at most before it stops and reports how far it got, as at
 #: `SEARCH_LAYOUTS`: a safety net for reads whose proof costs bounds, not layouts (30 scattered points on a 4-D
-#: array under an object store's probe cost 8 layouts and took about 20 s to prove, 100 points minutes: mostly
-#: the Morton ranks of their chunks in millions of candidate shards). The proven searches of both validation
-#: sets and of every built-in pattern on a 4-D array took at most 2.5 s on this project's 2-core machine
+#: array under an object store's probe cost 8 layouts and take about 6 s to prove, 100 points over a minute:
+#: mostly bounding millions of candidate shards). The proven searches of both validation sets and of every
+#: built-in pattern on a 4-D array took at most 1.9 s on this project's 2-core machine
 #: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
 SEARCH_SECONDS = 30.0
 #: Chunk sizes at which the probe times the decoder (those up to the sample's size).
