@@ -226,14 +226,16 @@ def test_the_compiled_first_touches_take_any_split_size_as_the_numpy_ones(split_
 
 def _random_point_components(rng: np.random.Generator) -> tuple:
     """`merges.point_components`' arguments: random chunk lengths along 1-4 dimensions, points (repeats and the
-    array's partial last chunks among them), gaps in whole chunks and bytes, and whole-shard sizes."""
+    array's partial last chunks among them), gaps in whole chunks and bytes, whole-shard sizes, and reads across
+    other dimensions or not."""
     m, rows, count = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 30))
     extent = rng.integers(1, 200, m)
     lengths = np.stack([rng.integers(1, n + 1, rows) for n in extent], axis=1)
     points = np.stack([rng.integers(0, n, count) for n in extent], axis=1)
     points[: count // 4] = points[count // 4: 2 * (count // 4)]  # points in one chunk
     return (lengths, points, extent, rng.choice([0, 1, 3, 50, 1 << 62], rows), int(rng.choice([0, 5, 1000])),
-            rng.integers(0, 2, rows).astype(bool), rng.choice([0.0, 2.0, 30.0, np.inf], rows), bool(rng.integers(0, 2)))
+            rng.integers(0, 2, rows).astype(bool), rng.choice([0.0, 2.0, 30.0, np.inf], rows),
+            rng.integers(0, 2, rows).astype(bool), bool(rng.integers(0, 2)))
 
 
 @compiled
@@ -289,9 +291,9 @@ def test_the_compiled_merge_bounds_refuse_arrays_of_the_wrong_size_and_empty_len
     assert kernels.compiled is not None
     one, out = np.ones(1, dtype=np.int64), (np.zeros(1), np.zeros(1))
     with pytest.raises(ValueError, match="point_components: points holds 8 bytes, expected 16"):
-        kernels.compiled.point_components(1, 1, 2, one, one, one, one, 0, one, np.ones(1), True, *out)
+        kernels.compiled.point_components(1, 1, 2, one, one, one, one, 0, one, np.ones(1), one, True, *out)
     with pytest.raises(ValueError, match="point_components: row 0: lengths and extents must be positive"):
-        kernels.compiled.point_components(1, 1, 1, one * 0, one, one, one, 0, one, np.ones(1), True, *out)
+        kernels.compiled.point_components(1, 1, 1, one * 0, one, one, one, 0, one, np.ones(1), one, True, *out)
     with pytest.raises(ValueError, match="point_breaks: chunk_enc holds 16 bytes, expected 8"):
         kernels.compiled.point_breaks(1, 1, 1, one, one, one, one, np.ones(2), 0, 0.5, True, False, *out, np.zeros(1))
     with pytest.raises(ValueError, match="point_breaks: layout 0: chunks, shards and shape must be positive"):

@@ -5,17 +5,18 @@ raise the search's bounds where the ranks would."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from xarray_zarrmax.advise import Costs, Points, Reader, pattern_selections, rank
+from xarray_zarrmax.advise import Costs, Points, Reader, morton, pattern_selections, rank
 from xarray_zarrmax.advise import merges as merges_module
 from xarray_zarrmax.advise import point_bounds as point_bounds_module
 from xarray_zarrmax.advise.bounds import PAIRWISE, QUICK, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import candidate_layouts, multiples
-from xarray_zarrmax.advise.counting import count_read
+from xarray_zarrmax.advise.counting import coalesced_runs, count_read
 from xarray_zarrmax.advise.merges import point_breaks, point_components
 from xarray_zarrmax.advise.model import Layout, PointRead
 from xarray_zarrmax.core.geometry import Axis
@@ -100,7 +101,8 @@ def test_the_components_bound_every_sharding_of_a_chunk_shape(seed: int) -> None
                                        & (n % np.asarray(chunks)[others] != 0)).any())
         merged, joined = point_components(np.asarray([chunks])[:, dims], points, np.asarray(shape)[dims],
                                           np.asarray([reader.coalesce_gap // enc]), reader.coalesce_gap,
-                                          np.asarray([partial]), np.asarray([touched / fraction]), compressed)
+                                          np.asarray([partial]), np.asarray([touched / fraction]),
+                                          np.asarray([column > 1]), compressed)
         every = []
         for per in _every_per(shape, chunks, rng):
             layout = Layout(chunks, tuple(k * c for k, c in zip(per, chunks, strict=True)))
@@ -181,3 +183,61 @@ def test_the_search_bounds_of_scattered_points_stay_below_the_prediction(seed: i
         assert raised["every"] > 0 and raised["listed"] > 0, raised
     assert all((found[name][:, request] >= before[name][:, request] - 1e-12).all() for name in found)
     assert min(merges_module.MOST_POINTS, merges_module.MOST_PAIRED) >= count  # (the bounds above were worked out)
+
+
+@pytest.mark.usefixtures("bound_kernels")
+@pytest.mark.parametrize("seed", range(4))
+def test_no_run_joins_chunks_the_components_keep_apart(seed: int) -> None:
+    """What `point_components` rests on: consecutive chunks that merge in one run are joined in its graph. In one
+    shard of unit chunks of a byte each, the columns (a point's chunks along the dimensions it does not point along)
+    joined by the model's runs (`coalesced_runs` of their Morton ranks) are never fewer than the components. Among
+    the cases, reads that span several chunks along another dimension, whose codes may first differ there: the
+    first is merges' own (was: that pair taken as apart, 2 components where the runs join the two columns)."""
+    rng = np.random.default_rng(970 + seed)
+    cases: list[tuple[tuple[int, ...], list[int], np.ndarray, dict[int, tuple[int, int]], int]] = [
+        ((4, 4), [0], np.asarray([[0], [3]]), {1: (1, 3)}, 0)]
+    for _ in range(150):
+        ndim = int(rng.integers(2, 5))
+        grid = tuple(int(n) for n in rng.integers(2, (17, 9, 6)[ndim - 2], ndim))
+        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
+        count = int(rng.integers(2, 8))
+        points = np.stack([rng.integers(0, grid[d], count) for d in dims], axis=1)
+        box = {}
+        for d in range(ndim):
+            if d not in dims:
+                start = int(rng.integers(0, grid[d]))
+                box[d] = (start, int(rng.integers(start + 1, grid[d] + 1)))
+        cases.append((grid, dims, points, box, int(rng.choice([0, 1, 2, 5]))))
+    across_seen = tight = 0
+    for grid, dims, points, box, gap in cases:
+        ranks = morton.inverse(morton.morton_permutation(grid)).reshape(grid)
+        columns = sorted({tuple(p) for p in points.tolist()})
+        chunks, owner = [], []
+        for c, column in enumerate(columns):
+            for rest in itertools.product(*(range(*box[d]) for d in sorted(box))):
+                at = dict(zip(dims, column, strict=True)) | dict(zip(sorted(box), rest, strict=True))
+                chunks.append(int(ranks[tuple(at[d] for d in range(len(grid)))]))
+                owner.append(c)
+        order = np.argsort(chunks)
+        ranked, owner = np.asarray(chunks)[order], np.asarray(owner)[order]
+        parent = list(range(len(columns)))
+        merge = np.diff(ranked) - 1 <= gap  # the bytes between two consecutive chunks (a byte each)
+        for i in np.flatnonzero(merge).tolist():
+            parent[_root(parent, int(owner[i]))] = _root(parent, int(owner[i + 1]))
+        runs, _ = coalesced_runs(ranked, np.ones(math.prod(grid), dtype=np.int64), gap)
+        assert runs == 1 + int((~merge).sum())  # the runs taken here are the model's
+        joined_by_runs = len({_root(parent, c) for c in range(len(columns))})
+        across = any(stop - start > 1 for start, stop in box.values())
+        merged, _ = point_components(np.ones((1, len(dims)), dtype=np.int64), points, np.asarray(grid)[dims],
+                                     np.asarray([gap]), gap, np.asarray([False]), np.asarray([0.0]),
+                                     np.asarray([across]), False)
+        assert merged[0] <= joined_by_runs, (grid, dims, points.tolist(), box, gap, merged[0], joined_by_runs)
+        across_seen += across
+        tight += merged[0] == joined_by_runs > 1
+    assert across_seen > 50 and tight > 5, (across_seen, tight)
+
+
+def _root(parent: list[int], v: int) -> int:
+    while parent[v] != v:
+        v = parent[v]
+    return v

@@ -542,7 +542,7 @@ static int by_cell(const void *a, const void *b) {
 }
 
 typedef struct {
-    Py_buffer lengths, points, extent, full_cells, partial_all, whole_cells, merged, joined;
+    Py_buffer lengths, points, extent, full_cells, partial_all, whole_cells, across, merged, joined;
 } ComponentBuffers;
 
 static PyObject *point_components(PyObject *self, PyObject *args) {
@@ -551,9 +551,9 @@ static PyObject *point_components(PyObject *self, PyObject *args) {
     Py_ssize_t rows, m, count;
     long long any_cells;
     int compressed;
-    if (!PyArg_ParseTuple(args, "nnny*y*y*y*Ly*y*pw*w*", &rows, &m, &count, &B.lengths, &B.points, &B.extent,
-                          &B.full_cells, &any_cells, &B.partial_all, &B.whole_cells, &compressed, &B.merged,
-                          &B.joined))
+    if (!PyArg_ParseTuple(args, "nnny*y*y*y*Ly*y*y*pw*w*", &rows, &m, &count, &B.lengths, &B.points, &B.extent,
+                          &B.full_cells, &any_cells, &B.partial_all, &B.whole_cells, &B.across, &compressed,
+                          &B.merged, &B.joined))
         return NULL;
     PyObject *result = NULL;
     int64_t *cells = NULL, *grid = NULL, *bits = NULL, *parent = NULL;
@@ -568,10 +568,11 @@ static PyObject *point_components(PyObject *self, PyObject *args) {
         !sized(&B.full_cells, rows, "point_components: full_cells") ||
         !sized(&B.partial_all, rows, "point_components: partial_all") ||
         !sized(&B.whole_cells, rows, "point_components: whole_cells") ||
+        !sized(&B.across, rows, "point_components: across") ||
         !sized(&B.merged, rows, "point_components: merged") || !sized(&B.joined, rows, "point_components: joined"))
         goto done;
     const int64_t *lengths = B.lengths.buf, *points = B.points.buf, *extent = B.extent.buf;
-    const int64_t *full_cells = B.full_cells.buf, *partial_all = B.partial_all.buf;
+    const int64_t *full_cells = B.full_cells.buf, *partial_all = B.partial_all.buf, *across = B.across.buf;
     const double *whole_cells = B.whole_cells.buf;
     double *merged = B.merged.buf, *joined = B.joined.buf;
     cells = malloc(sizeof(int64_t) * (size_t)(count * m));
@@ -635,9 +636,16 @@ static PyObject *point_components(PyObject *self, PyObject *args) {
                         box = saturated_product(box, 1 - delta);
                     }
                 }
+                /* first apart along a dimension the read does not point along: no condition on the bits, and
+                   both boxes reach across every delta (merges says why) */
+                const int64_t least = ahead < behind ? ahead : behind;
                 if (!can_ahead) ahead = SATURATED;
                 if (!can_behind) behind = SATURATED;
-                const int64_t between = spread == 0 ? -1 : (ahead < behind ? ahead : behind) - 2;
+                int64_t between = spread == 0 ? -1 : (ahead < behind ? ahead : behind) - 2;
+                if (spread != 0 && across[r]) {
+                    const int64_t other = saturated_product(least, 2) - 2;
+                    if (other < between) between = other;
+                }
                 const int loose = partial_all[r] || part[i] || part[j];
                 const int merges = between <= (loose ? (int64_t)any_cells : full_cells[r]);
                 if (merges) apart_merge -= join(by_merge, i, j);
@@ -656,8 +664,8 @@ done:
     free(bits);
     free(parent);
     free(part);
-    Py_buffer *all[] = {&B.lengths, &B.points, &B.extent, &B.full_cells, &B.partial_all, &B.whole_cells, &B.merged,
-                        &B.joined};
+    Py_buffer *all[] = {&B.lengths, &B.points, &B.extent, &B.full_cells, &B.partial_all, &B.whole_cells, &B.across,
+                        &B.merged, &B.joined};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
     return result;
 }
@@ -866,7 +874,7 @@ static PyMethodDef methods[] = {
      "revisits._block_numpy, added into the last six (split_size -1: none)."},
     {"point_components", point_components, METH_VARARGS,
      "point_components(rows, m, count, lengths, points, extent, full_cells, any_cells, partial_all, whole_cells, "
-     "compressed, merged, joined): merges._components_numpy, written into merged and joined."},
+     "across, compressed, merged, joined): merges._components_numpy, written into merged and joined."},
     {"point_breaks", point_breaks, METH_VARARGS,
      "point_breaks(layouts, ndim, count, chunks, per, shape, points, chunk_enc, gap, fraction, compressed, ranked, "
      "shards, ranged, breaks): merges._breaks, written into the last three."},

@@ -17,7 +17,12 @@ past ``a`` in every dimension lie between them, as do those of ``b``'s box at or
   of any ``|delta|``, with ``delta`` along ``e`` above 0. A pair *could merge* when, in an order that allows such
   an ``e``, that count leaves at most ``coalesce_gap`` bytes (whole chunks where neither chunk is partly outside the
   array; a byte each otherwise). Runs chain consecutive chunks that could merge, so a read by ranges needs at least
-  as many runs as the components of its chunks in that graph. A shard read whole (at least
+  as many runs as the components of its chunks in that graph (a run's consecutive chunks join their vertices).
+  Where the read also spans two chunks or more along a dimension it does not point along, the codes may first
+  differ along that one: then both boxes hold both chunks' places along every pointed dimension, and at least
+  ``2 * prod(delta + 1 where delta >= 0) - 2`` cells lie between, with no condition on the bits (a 4x4 shard of
+  unit chunks, points at 0 and 3 along dimension 0 and chunks 1-2 along dimension 1: chunks (3, 1) and (0, 2) are
+  codes 7 and 8, with none between). A shard read whole (at least
   ``full_shard_fraction`` of its chunks touched) is one fetch: two chunks share one only if a shard of at most
   ``touched / full_shard_fraction`` chunks holds both, a box of ``prod(|delta| + 1)`` chunks at least.
 """
@@ -40,7 +45,7 @@ _SATURATED = 1 << 62
 
 
 def point_components(lengths: np.ndarray, points: np.ndarray, extent: np.ndarray, full_cells: np.ndarray,
-                     any_cells: int, partial_all: np.ndarray, whole_cells: np.ndarray,
+                     any_cells: int, partial_all: np.ndarray, whole_cells: np.ndarray, across: np.ndarray,
                      compressed: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per row of chunk ``lengths`` along a pointwise read's dimensions (``(rows, m)``), the components of the
     chunks holding its ``points`` (``(count, m)``, inside an array ``extent`` long along each): joined where they
@@ -50,26 +55,27 @@ def point_components(lengths: np.ndarray, points: np.ndarray, extent: np.ndarray
     chunk_enc``); ``any_cells``: the most chunks of a byte or more that do (``coalesce_gap``), taken for a pair
     where either chunk, or (``partial_all``, per row) any chunk the read touches along its other dimensions, may be
     partly outside the array and stored smaller (compressed only); ``whole_cells``: per row, the most chunks a shard
-    read whole may hold (the read's chunks over ``full_shard_fraction``). Compiled where the package was built so
-    (`kernels`), else `_components_numpy`: the same counts."""
+    read whole may hold (the read's chunks over ``full_shard_fraction``); ``across``: per row, whether the read
+    touches two chunks or more along a dimension it does not point along (two chunks' codes may first differ
+    there). Compiled where the package was built so (`kernels`), else `_components_numpy`: the same counts."""
     rows = lengths.shape[0]
     if rows == 0 or points.shape[0] == 0:
         return np.zeros(rows), np.zeros(rows)
     full_cells = np.minimum(np.asarray(full_cells, dtype=np.int64), _SATURATED)
     any_cells = min(int(any_cells), _SATURATED)
     if kernels.compiled is None:
-        return _components_numpy(lengths, points, extent, full_cells, any_cells, partial_all, whole_cells,
+        return _components_numpy(lengths, points, extent, full_cells, any_cells, partial_all, whole_cells, across,
                                  compressed)
     merged, joined = np.zeros(rows), np.zeros(rows)
     ints, floats = kernels.ints, kernels.floats
     kernels.compiled.point_components(rows, lengths.shape[1], points.shape[0], ints(lengths), ints(points),
                                       ints(extent), ints(full_cells), any_cells, ints(partial_all),
-                                      floats(whole_cells), bool(compressed), merged, joined)
+                                      floats(whole_cells), ints(across), bool(compressed), merged, joined)
     return merged, joined
 
 
 def _components_numpy(lengths: np.ndarray, points: np.ndarray, extent: np.ndarray, full_cells: np.ndarray,
-                      any_cells: int, partial_all: np.ndarray, whole_cells: np.ndarray,
+                      any_cells: int, partial_all: np.ndarray, whole_cells: np.ndarray, across: np.ndarray,
                       compressed: bool) -> tuple[np.ndarray, np.ndarray]:
     """`point_components` in numpy: the reference its compiled form is held to, and the count where it was not
     built. Points in one chunk are one vertex, joined."""
@@ -90,9 +96,14 @@ def _components_numpy(lengths: np.ndarray, points: np.ndarray, extent: np.ndarra
         bits = _bit_length(-(-extent // part) - 1)[:, None, :]  # (r, 1, m): a shard's bits along each, at most
         level = _bit_length(np.abs(delta)).max(axis=2, keepdims=True) - 1
         can = bits > level
-        ahead = np.where(((delta > 0) & can).any(axis=2), _product(np.where(delta >= 0, delta + 1, 1)), _SATURATED)
-        behind = np.where(((delta < 0) & can).any(axis=2), _product(np.where(delta <= 0, 1 - delta, 1)), _SATURATED)
+        ahead_any = _product(np.where(delta >= 0, delta + 1, 1))
+        behind_any = _product(np.where(delta <= 0, 1 - delta, 1))
+        ahead = np.where(((delta > 0) & can).any(axis=2), ahead_any, _SATURATED)
+        behind = np.where(((delta < 0) & can).any(axis=2), behind_any, _SATURATED)
         between = np.minimum(ahead, behind) - 2
+        # first apart along a dimension the read does not point along: both boxes reach across every delta
+        other = _product(np.stack([np.minimum(ahead_any, behind_any), np.full(ahead_any.shape, 2)], axis=-1)) - 2
+        between = np.where(np.asarray(across[a:a + step], dtype=bool)[:, None], np.minimum(between, other), between)
         loose = partial[:, first] | partial[:, second] | np.asarray(partial_all[a:a + step], dtype=bool)[:, None]
         merges = (between <= np.where(loose, any_cells, full_cells[a:a + step, None])) | (delta == 0).all(axis=2)
         box = _product(np.abs(delta) + 1).astype(np.float64)

@@ -148,8 +148,9 @@ class PointBounds:
                    if others else np.zeros(rows.shape[0], dtype=bool))
         fraction = self.reader.full_shard_fraction
         whole = touched / fraction if fraction > 0 else np.full(rows.shape[0], np.inf)
+        across = (last > first).any(axis=1)  # two chunks' codes may first differ along one of those
         counted = np.stack(point_components(rows[:, dims], points, self.shape[dims], gap // chunk_enc.astype(np.int64),
-                                            gap, partial, whole, self.compressed))
+                                            gap, partial, whole, across, self.compressed))
         if not keyed:
             return counted[0], counted[1]
         memo.add(distinct[~found], counted)
