@@ -6,7 +6,7 @@ points are what costs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ class PointBounds:
     def __init__(self, shape: Sequence[int], itemsize: int, costs: Costs, reader: Reader, compressed: bool) -> None:
         self.shape = np.asarray([int(n) for n in shape], dtype=np.int64)
         self.itemsize, self.costs, self.reader, self.compressed = itemsize, costs, reader, compressed
+        self.gap = min(int(reader.coalesce_gap), 1 << 62)
         self._cells: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `cells_of`
         self._merges: dict[int, tuple[KeyedValues, np.ndarray]] = {}  # `components_of`
 
@@ -49,26 +50,8 @@ class PointBounds:
         fractions inside the array summed, and the fewest points a cell holds; remembered per (points, lengths)
         across the search's calls (its levels ask again of the same lengths), each row of lengths keyed by one
         mixed-radix code (`memo.KeyedValues`: a search asks of millions of rows)."""
-        radix = 8 * self.shape[dims] + 1  # (a shard may be longer than the array: up to 8 times, keyed)
-        if float(np.prod(radix.astype(np.float64))) >= 2.0**62 or (lengths >= radix).any():  # afresh, no key
-            distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
-            return self._count_cells(distinct, dims, points)[:, inverse.ravel()]
-        code = np.zeros(lengths.shape[0], dtype=np.int64)
-        for d in range(len(dims)):
-            code = code * radix[d] + lengths[:, d]
-        distinct, inverse = np.unique(code, return_inverse=True)
-        memo = self._cells.setdefault(id(points), (KeyedValues(3), points))[0]  # (the points held: their id
-        found, values = memo.find(distinct)  # stays theirs)
-        if not found.all():
-            missing = distinct[~found]
-            rows = np.empty((missing.size, len(dims)), dtype=np.int64)
-            rest = missing.copy()
-            for d in range(len(dims) - 1, -1, -1):
-                rows[:, d], rest = rest % radix[d], rest // radix[d]
-            counted = self._count_cells(rows, dims, points)
-            memo.add(missing, counted)
-            values[:, ~found] = counted
-        return values[:, inverse.ravel()]
+        return self._remembered(self._cells, points, lengths, self.shape[dims], 3,
+                                lambda rows: self._count_cells(rows, dims, points))
 
     def requests(self, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray, merged: np.ndarray,
                  joined: np.ndarray) -> np.ndarray:
@@ -101,10 +84,8 @@ class PointBounds:
             return out
         at = np.repeat(start[None], points.shape[0], axis=0)
         at[:, dims] = points
-        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(chunks[rows].astype(np.float64), axis=1)
-                                             * self.costs.ratio))
-        shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at, chunk_enc,
-                                              min(int(self.reader.coalesce_gap), 1 << 62),
+        shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at,
+                                              self._chunk_enc(chunks[rows]), self.gap,
                                               self.reader.full_shard_fraction, self.compressed, ranked)
         out[rows] = shards + ranged + breaks
         return out
@@ -118,30 +99,16 @@ class PointBounds:
         k = chunks.shape[0]
         if points.shape[0] > MOST_PAIRED or k == 0:
             return np.zeros(k), np.zeros(k)
-        radix = 8 * self.shape + 1
-        keyed = float(np.prod(radix.astype(np.float64))) < 2.0**62 and not (chunks >= radix).any()
-        if keyed:
-            code = np.zeros(k, dtype=np.int64)
-            for d in range(self.shape.size):
-                code = code * radix[d] + chunks[:, d]
-            distinct, inverse = np.unique(code, return_inverse=True)
-            memo = self._merges.setdefault(id(points), (KeyedValues(2), points))[0]
-            found, values = memo.find(distinct)
-            if found.all():
-                return values[0, inverse.ravel()], values[1, inverse.ravel()]
-            rows = np.empty((distinct.size, self.shape.size), dtype=np.int64)
-            rest = distinct.copy()
-            for d in range(self.shape.size - 1, -1, -1):
-                rows[:, d], rest = rest % radix[d], rest // radix[d]
-            rows = rows[~found]
-        else:
-            rows = chunks
+        merged, joined = self._remembered(self._merges, points, chunks, self.shape, 2,
+                                          lambda rows: self._components(rows, start, stop, dims, points))
+        return merged, joined
+
+    def _components(self, rows: np.ndarray, start: np.ndarray, stop: np.ndarray, dims: list[int],
+                    points: np.ndarray) -> np.ndarray:
+        """`components_of`, worked out: ``(2, rows)``."""
         others = [d for d in range(self.shape.size) if d not in dims]
         first, last = start[others] // rows[:, others], (stop[others] - 1) // rows[:, others]
         touched = self.cells_of(rows[:, dims], dims, points)[0] * np.prod(last - first + 1, axis=1)
-        chunk_enc = np.maximum(1.0, np.round(self.itemsize * np.prod(rows.astype(np.float64), axis=1)
-                                             * self.costs.ratio))
-        gap = min(int(self.reader.coalesce_gap), 1 << 62)
         # along the other dimensions the read touches a chunk partly outside the array (compressed: smaller)
         n = self.shape[others]
         partial = (self.compressed & ((last == (n - 1) // rows[:, others]) & (n % rows[:, others] != 0)).any(axis=1)
@@ -149,13 +116,41 @@ class PointBounds:
         fraction = self.reader.full_shard_fraction
         whole = touched / fraction if fraction > 0 else np.full(rows.shape[0], np.inf)
         across = (last > first).any(axis=1)  # two chunks' codes may first differ along one of those
-        counted = np.stack(point_components(rows[:, dims], points, self.shape[dims], gap // chunk_enc.astype(np.int64),
-                                            gap, partial, whole, across, self.compressed))
-        if not keyed:
-            return counted[0], counted[1]
-        memo.add(distinct[~found], counted)
-        values[:, ~found] = counted
-        return values[0, inverse.ravel()], values[1, inverse.ravel()]
+        full_cells = self.gap // self._chunk_enc(rows).astype(np.int64)
+        return np.stack(point_components(rows[:, dims], points, self.shape[dims], full_cells, self.gap, partial, whole,
+                                         across, self.compressed))
+
+    def _chunk_enc(self, chunks: np.ndarray) -> np.ndarray:
+        """Each chunk shape's stored bytes, as the model takes them (at least one)."""
+        return np.maximum(1.0, np.round(self.itemsize * np.prod(chunks.astype(np.float64), axis=1) * self.costs.ratio))
+
+    @staticmethod
+    def _remembered(memos: dict[int, tuple[KeyedValues, np.ndarray]], points: np.ndarray, lengths: np.ndarray,
+                    extent: np.ndarray, width: int, work: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``(width, rows)``: ``work`` (of distinct rows of ``lengths``) for each row, remembered per set of
+        ``points`` in ``memos`` across the search's calls, each row keyed by one mixed-radix code of lengths up to
+        8 times ``extent`` (a shard may be longer than the array); worked out afresh, no key, where the codes
+        could overflow or a row is longer."""
+        radix = 8 * extent + 1
+        if float(np.prod(radix.astype(np.float64))) >= 2.0**62 or (lengths >= radix).any():
+            distinct, inverse = np.unique(lengths, axis=0, return_inverse=True)
+            return work(distinct)[:, inverse.ravel()]
+        code = np.zeros(lengths.shape[0], dtype=np.int64)
+        for d in range(radix.size):
+            code = code * radix[d] + lengths[:, d]
+        distinct, inverse = np.unique(code, return_inverse=True)
+        memo = memos.setdefault(id(points), (KeyedValues(width), points))[0]  # (the points held: their id stays
+        found, values = memo.find(distinct)  # theirs)
+        if not found.all():
+            missing = distinct[~found]
+            rows = np.empty((missing.size, radix.size), dtype=np.int64)
+            rest = missing.copy()
+            for d in range(radix.size - 1, -1, -1):
+                rows[:, d], rest = rest % radix[d], rest // radix[d]
+            counted = work(rows)
+            memo.add(missing, counted)
+            values[:, ~found] = counted
+        return values[:, inverse.ravel()]
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
         """`cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
