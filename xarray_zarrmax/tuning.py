@@ -152,7 +152,7 @@ REFINE_STEPS = 64
 #: The most layouts of the grid the branch-and-bound search costs before it stops and reports how far it got
 #: (`advise.search.SearchOutcome`): a safety net, at about 2-3 ms a layout on this project's 2-core machine. The
 #: proven searches of both validation sets and of every built-in pattern on a 4-D array cost at most 3,300
-#: (docs/dev/advise.md#search-time). Chosen for time, not fitted on either validation set.
+#: (docs/dev/logs/advise_search_time.md). Chosen for time, not fitted on either validation set.
 SEARCH_LAYOUTS = 5000
 #: The seconds the branch-and-bound search spends at most before it stops and reports how far it got, as at
 #: `SEARCH_LAYOUTS`: a safety net for reads whose proof costs bounds, not layouts (30 scattered points on a 4-D

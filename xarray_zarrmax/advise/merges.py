@@ -35,7 +35,7 @@ from xarray_zarrmax.advise import kernels
 
 #: Points of a read at most for which `point_breaks` is worked out, and `point_components` (every pair of them, per
 #: chunk shape): past them the bounds are not raised, and the search ranks the chunks instead (`ranged`). Measured
-#: (docs/dev/advise.md, Search time): with 100 random points on a 4-D array the components of every chunk shape
+#: (docs/dev/logs/advise_search.md): with 100 random points on a 4-D array the components of every chunk shape
 #: took 1 s and saved none of it (3.4 s against 2.0 s on local disk, 82 s against 84 s on MinIO). Chosen for time on
 #: the search-time table's reads of points, not fitted on either validation set
 MOST_POINTS, MOST_PAIRED = 256, 64
