@@ -1,8 +1,9 @@
-"""Issue 42, cause 3: the search's two costliest bounds are compiled (`advise/_kernels.c`, built by setup.py where a
-C compiler is at hand: `advise.kernels`) and must count exactly what their numpy forms count: the gaps a read leaves
-in a shard (`ranged.gap_counts`, `ranged._gaps_numpy`) and the shards a batch touches first (`revisits`,
-`revisits._block_numpy`). The numpy forms are checked against the model (tests/advise/test_advise_ranges.py and
-test_advise_search_proof.py run under both: the `bound_kernels` fixture)."""
+"""Issue 42, cause 3: the search's costliest bounds are compiled (`advise/_kernels.c`, built by setup.py where a C
+compiler is at hand: `advise.kernels`) and must count exactly what their numpy forms count: the gaps a read leaves in
+a shard (`ranged.gap_counts`, `ranged._gaps_numpy`), the shards a batch touches first (`revisits`,
+`revisits._block_numpy`), a pointwise read's components and breaks (`merges`) and the cells holding its points
+(`point_bounds._cells_numpy`). The numpy forms are checked against the model (tests/advise/test_advise_ranges.py,
+test_advise_merges.py and test_advise_search_proof.py run under both: the `bound_kernels` fixture)."""
 
 from __future__ import annotations
 
@@ -299,3 +300,58 @@ def test_the_compiled_merge_bounds_refuse_arrays_of_the_wrong_size_and_empty_len
     with pytest.raises(ValueError, match="point_breaks: layout 0: chunks, shards and shape must be positive"):
         kernels.compiled.point_breaks(1, 1, 1, one, one * 0, one, one, np.ones(1), 0, 0.5, True, True, *out,
                                       np.zeros(1))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_cell_counts_are_the_numpy_ones(seed: int) -> None:
+    """Random cell lengths and points along 1 to 5 dimensions (repeated points, cells cut at the array's end, up to
+    300 points: both sorts): the same distinct cells and fewest points a cell holds, and their fractions inside the
+    array to the last bits of their sum."""
+    from xarray_zarrmax.advise import point_bounds
+
+    rng = np.random.default_rng(4200 + seed)
+    seen = np.zeros(3)
+    for _ in range(40):
+        m, rows = int(rng.integers(1, 6)), int(rng.integers(1, 30))
+        count = int(rng.choice([1, 2, int(rng.integers(3, 33)), int(rng.integers(33, 300))]))
+        n = rng.integers(1, (5000, 300, 60, 20, 9)[m - 1], m)
+        lengths = np.stack([rng.integers(1, max(1, d // 2) + 2, rows) for d in n], axis=1)
+        points = np.stack([rng.integers(0, d, count) for d in n], axis=1)
+        if count > 1 and rng.random() < 0.5:
+            points[count // 2:] = points[:count - count // 2]  # repeats: cells holding several points
+        want = point_bounds._cells_numpy(lengths, n, points)
+        got = np.zeros((3, rows))
+        kernels.compiled.count_cells(rows, m, count, kernels.ints(lengths), kernels.ints(points), kernels.ints(n),
+                                     got[0], got[1], got[2])
+        np.testing.assert_array_equal(got[0], want[0], err_msg="cells")
+        np.testing.assert_array_equal(got[2], want[2], err_msg="least")
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=0, err_msg="fraction")
+        seen += [(want[0] > 1).sum(), (want[2] > 1).sum(), (want[1] % 1 != 0).sum()]
+    assert (seen > 20).all(), seen  # several cells, cells of several points, cells cut at the end: each seen
+    # an array whose C-order codes would pass 2^62: the numpy form counts a row at a time, the compiled one alike
+    n = np.full(3, 1 << 21)
+    lengths = np.asarray([[1, 1, 1], [1 << 20, 3, 7], [1 << 21, 1 << 21, 1 << 21], [5, 1 << 21, 999]])
+    points = np.stack([rng.integers(0, 1 << 21, 50) for _ in range(3)], axis=1)
+    points[25:] = points[:25]
+    want = point_bounds._cells_numpy(lengths, n, points)
+    got = np.zeros((3, 4))
+    kernels.compiled.count_cells(4, 3, 50, kernels.ints(lengths), kernels.ints(points), kernels.ints(n), *got)
+    np.testing.assert_array_equal(got[[0, 2]], want[[0, 2]])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=0)
+
+
+@compiled
+def test_the_compiled_cell_counts_refuse_points_outside_and_empty_lengths() -> None:
+    """A point outside the array (the numpy form would floor a negative one, C would truncate it), a cell of no
+    length, or an array of the wrong size: a ValueError naming it."""
+    assert kernels.compiled is not None
+    one, out = np.ones(1, dtype=np.int64), (np.zeros(1), np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="count_cells: point 0 lies outside the array along dimension 0"):
+        kernels.compiled.count_cells(1, 1, 1, one, one * -1, one * 5, *out)
+    with pytest.raises(ValueError, match="count_cells: point 0 lies outside the array along dimension 0"):
+        kernels.compiled.count_cells(1, 1, 1, one, one * 5, one * 5, *out)
+    with pytest.raises(ValueError, match="count_cells: row 0: lengths must be positive"):
+        kernels.compiled.count_cells(1, 1, 1, one * 0, one, one * 5, *out)
+    with pytest.raises(ValueError, match="count_cells: lengths holds 8 bytes, expected 16"):
+        kernels.compiled.count_cells(1, 2, 1, one, np.ones(2, dtype=np.int64), np.ones(2, dtype=np.int64) * 5, *out)

@@ -1,4 +1,4 @@
-/* The layout search's two costliest bounds, compiled: each the same count as its numpy form (the reference the tests
+/* The layout search's costliest bounds, compiled: each the same count as its numpy form (the reference the tests
  * hold it to), in one pass and nothing built per item but its own numbers. Optional: where no C compiler is at hand
  * the package installs without it (setup.py) and the search uses the numpy forms (advise/kernels.py says which).
  *
@@ -16,6 +16,9 @@
  *
  * point_breaks (merges._breaks): per sharded layout, a pointwise read's shards, those read by ranges, and the breaks
  * between runs its chunks' own places in their shards prove (merges says why).
+ *
+ * count_cells (point_bounds._cells_numpy): per row of cell lengths, the distinct cells holding a pointwise read's
+ * points, their fractions inside the array, and the fewest points one holds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -670,6 +673,97 @@ done:
     return result;
 }
 
+typedef struct {
+    Py_buffer lengths, points, extent, cells, fraction, least;
+} CellBuffers;
+
+/* per row of cell lengths, the distinct cells holding the points, their fractions inside the array summed, and the
+ * fewest points a cell holds (point_bounds._cells_numpy): the cells sorted as tuples, as C-order codes sort */
+static PyObject *count_cells(PyObject *self, PyObject *args) {
+    (void)self;
+    CellBuffers B;
+    Py_ssize_t rows, m, count;
+    if (!PyArg_ParseTuple(args, "nnny*y*y*w*w*w*", &rows, &m, &count, &B.lengths, &B.points, &B.extent, &B.cells,
+                          &B.fraction, &B.least))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *cells = NULL, *item = NULL;
+    if (m < 1 || m > 64 || count < 1 || rows < 0) {
+        PyErr_Format(PyExc_ValueError, "count_cells: %zd dimensions and %zd points, expected 1-64 and 1 or more", m,
+                     count);
+        goto done;
+    }
+    if (!sized(&B.lengths, rows * m, "count_cells: lengths") || !sized(&B.points, count * m, "count_cells: points") ||
+        !sized(&B.extent, m, "count_cells: extent") || !sized(&B.cells, rows, "count_cells: cells") ||
+        !sized(&B.fraction, rows, "count_cells: fraction") || !sized(&B.least, rows, "count_cells: least"))
+        goto done;
+    const int64_t *lengths = B.lengths.buf, *points = B.points.buf, *extent = B.extent.buf;
+    double *cells_out = B.cells.buf, *fraction_out = B.fraction.buf, *least_out = B.least.buf;
+    for (Py_ssize_t i = 0; i < count * m; i++) {
+        const Py_ssize_t d = i % m;
+        if (extent[d] < 1 || points[i] < 0 || points[i] >= extent[d]) {
+            PyErr_Format(PyExc_ValueError, "count_cells: point %zd lies outside the array along dimension %zd",
+                         i / m, d);
+            goto done;
+        }
+    }
+    cells = malloc(sizeof(int64_t) * (size_t)(count * m));
+    item = malloc(sizeof(int64_t) * (size_t)m);
+    if (!cells || !item) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const size_t width = sizeof(int64_t) * (size_t)m;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int64_t *len = lengths + r * m;
+        for (Py_ssize_t d = 0; d < m; d++)
+            if (len[d] < 1) {
+                PyErr_Format(PyExc_ValueError, "count_cells: row %zd: lengths must be positive", r);
+                goto done;
+            }
+        for (Py_ssize_t i = 0; i < count; i++)
+            for (Py_ssize_t d = 0; d < m; d++) cells[i * m + d] = points[i * m + d] / len[d];
+        sort_m = m;
+        if (count <= 32) { /* a few points: in place, no calls */
+            for (Py_ssize_t i = 1; i < count; i++) {
+                memcpy(item, cells + i * m, width);
+                Py_ssize_t j = i;
+                for (; j > 0 && by_cell(cells + (j - 1) * m, item) > 0; j--)
+                    memcpy(cells + j * m, cells + (j - 1) * m, width);
+                memcpy(cells + j * m, item, width);
+            }
+        } else {
+            qsort(cells, (size_t)count, width, by_cell);
+        }
+        double distinct = 0.0, fraction = 0.0, least = (double)count;
+        Py_ssize_t begin = 0;
+        while (begin < count) {
+            Py_ssize_t end = begin + 1;
+            while (end < count && by_cell(cells + begin * m, cells + end * m) == 0) end++;
+            distinct += 1.0;
+            if ((double)(end - begin) < least) least = (double)(end - begin);
+            double inside = 1.0; /* a cell is short only along a dimension where it is the array's last */
+            for (Py_ssize_t d = m - 1; d >= 0; d--) {
+                const int64_t c = len[d], room = extent[d] - cells[begin * m + d] * c;
+                inside *= (double)(room < c ? room : c) / (double)c;
+            }
+            fraction += inside;
+            begin = end;
+        }
+        cells_out[r] = distinct;
+        fraction_out[r] = fraction;
+        least_out[r] = least;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(cells);
+    free(item);
+    Py_buffer *all[] = {&B.lengths, &B.points, &B.extent, &B.cells, &B.fraction, &B.least};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
+    return result;
+}
+
 /* the cells of the box [0, region) whose Morton codes are less than `code` (the cell at `local`): per bit of the code
  * that is 1, those sharing the code above it with 0 there, a product over dimensions (merges._ranks) */
 static int64_t rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
@@ -722,6 +816,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Placed *placed = NULL;
     int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *where_bit = NULL, *scratch = NULL;
+    int64_t *across = NULL, *shift = NULL;
     if (ndim < 1 || ndim > 64 || count < 1 || k < 0) {
         PyErr_Format(PyExc_ValueError, "point_breaks: %zd dimensions and %zd points, expected 1-64 and 1 or more",
                      ndim, count);
@@ -742,7 +837,9 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     bits = malloc(sizeof(int64_t) * (size_t)ndim);
     where_bit = malloc(sizeof(int64_t) * 64); /* each code position's (bit, dimension), as bit * ndim + d */
     scratch = malloc(sizeof(int64_t) * (size_t)(3 * ndim)); /* a pair's local coordinates, the shard's whole box */
-    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch) {
+    across = malloc(sizeof(int64_t) * (size_t)ndim); /* shards along each dimension */
+    shift = malloc(sizeof(int64_t) * (size_t)ndim);  /* log2 of the chunks a shard along it (-1: not a power of 2) */
+    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch || !across || !shift) {
         PyErr_NoMemory();
         goto done;
     }
@@ -759,7 +856,9 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             bits[d] = bit_length(per[d] - 1);
             total_bits += bits[d];
             if (bits[d] > most_bits) most_bits = bits[d];
-            key_room = saturated_product(key_room, (grid[d] + per[d] - 1) / per[d]);
+            across[d] = (grid[d] + per[d] - 1) / per[d];
+            shift[d] = (per[d] & (per[d] - 1)) == 0 ? bits[d] : -1;
+            key_room = saturated_product(key_room, across[d]);
         }
         if (total_bits > 62 || key_room >= SATURATED) { /* codes or keys past int64: no bound (merges refuses too) */
             shards_out[r] = ranged_out[r] = breaks_out[r] = 0.0;
@@ -771,10 +870,12 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                 if (bits[d] > bit) where_bit[at++] = bit * ndim + d;
         for (Py_ssize_t i = 0; i < count; i++) {
             int64_t key = 0, code = 0, position = 0;
-            for (Py_ssize_t d = 0; d < ndim; d++) {
-                cell[i * ndim + d] = points[i * ndim + d] / c[d];
-                shard[i * ndim + d] = cell[i * ndim + d] / per[d];
-                key = key * ((grid[d] + per[d] - 1) / per[d]) + shard[i * ndim + d];
+            for (Py_ssize_t d = 0; d < ndim; d++) { /* (a shift where a shard holds 2^j chunks: most do) */
+                const int64_t at_cell = points[i * ndim + d] / c[d];
+                const int64_t at_shard = shift[d] >= 0 ? at_cell >> shift[d] : at_cell / per[d];
+                cell[i * ndim + d] = at_cell;
+                shard[i * ndim + d] = at_shard;
+                key = key * across[d] + at_shard;
             }
             for (int64_t bit = 0; bit < most_bits; bit++)
                 for (Py_ssize_t d = 0; d < ndim; d++)
@@ -858,6 +959,8 @@ done:
     free(bits);
     free(where_bit);
     free(scratch);
+    free(across);
+    free(shift);
     Py_buffer *all[] = {&B.chunks, &B.per, &B.shape, &B.points, &B.enc, &B.shards, &B.ranged, &B.breaks};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
     return result;
@@ -878,6 +981,9 @@ static PyMethodDef methods[] = {
     {"point_breaks", point_breaks, METH_VARARGS,
      "point_breaks(layouts, ndim, count, chunks, per, shape, points, chunk_enc, gap, fraction, compressed, ranked, "
      "shards, ranged, breaks): merges._breaks, written into the last three."},
+    {"count_cells", count_cells, METH_VARARGS,
+     "count_cells(rows, m, count, lengths, points, extent, cells, fraction, least): point_bounds._cells_numpy, "
+     "written into the last three."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.memo import KeyedValues
 from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, Reader
@@ -153,38 +154,54 @@ class PointBounds:
         return values[:, inverse.ravel()]
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
-        """`cells_of`, worked out: each point's cell as one C-order code, sorted a row at a time, in blocks of at
-        most 2^21 (row, point) pairs (a read of 10^5 points costs no more memory than one of a few)."""
+        """`cells_of`, worked out: compiled where the package was built so (`kernels`), else `_cells_numpy`: the same
+        counts."""
         n = self.shape[dims]
-        count = points.shape[0]
-        grid = -(-n[None] // lengths)  # (rows, m) cells along each dimension
         out = np.zeros((3, lengths.shape[0]))
-        if float(np.prod(n.astype(np.float64))) >= 2.0**62:  # codes could overflow: a row at a time
-            for r, along in enumerate(lengths):
-                cells, held = np.unique(points // along, axis=0, return_counts=True)
-                out[:, r] = (cells.shape[0], np.prod(np.minimum(along, n - cells * along) / along, axis=1).sum(),
-                             held.min())
+        if points.shape[0] == 0 or lengths.shape[0] == 0:
             return out
-        step = max(1, (1 << 21) // count)
-        for a in range(0, lengths.shape[0], step):
-            along, cells = lengths[a:a + step], grid[a:a + step]
-            code = points[None, :, 0] // along[:, 0, None]
-            for d in range(1, len(dims)):
-                code = code * cells[:, d, None] + points[None, :, d] // along[:, d, None]
-            code.sort(axis=1)
-            new = np.ones(code.shape, dtype=bool)
-            new[:, 1:] = code[:, 1:] != code[:, :-1]
-            per_row = new.sum(axis=1)
-            out[0, a:a + step] = per_row
-            # each cell's points: from its first to the next cell's (a row's first is always new)
-            begins = np.flatnonzero(new.ravel())
-            held = np.diff(np.append(begins, new.size))
-            out[2, a:a + step] = np.minimum.reduceat(held, np.cumsum(per_row) - per_row)
-            # a cell's fraction inside: less than whole only along a dimension where it is the array's last
-            inside = np.ones(code.shape)
-            for d in range(len(dims) - 1, -1, -1):
-                ids, code = code % cells[:, d, None], code // cells[:, d, None]
-                c = along[:, d, None]
-                inside *= np.minimum(c, n[d] - ids * c) / c
-            out[1, a:a + step] = np.where(new, inside, 0.0).sum(axis=1)
+        if kernels.compiled is None:
+            return _cells_numpy(lengths, n, points)
+        ints = kernels.ints
+        kernels.compiled.count_cells(lengths.shape[0], lengths.shape[1], points.shape[0], ints(lengths), ints(points),
+                                     ints(n), out[0], out[1], out[2])
         return out
+
+
+def _cells_numpy(lengths: np.ndarray, n: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """`PointBounds.cells_of` in numpy (the reference its compiled form is held to, and the count where it was not
+    built), of ``points`` in an array ``n`` long along their dimensions: each point's cell as one C-order code,
+    sorted a row at a time, in blocks of at most 2^21 (row, point) pairs (a read of 10^5 points costs no more memory
+    than one of a few)."""
+    count = points.shape[0]
+    grid = -(-n[None] // lengths)  # (rows, m) cells along each dimension
+    out = np.zeros((3, lengths.shape[0]))
+    if float(np.prod(n.astype(np.float64))) >= 2.0**62:  # codes could overflow: a row at a time
+        for r, along in enumerate(lengths):
+            cells, held = np.unique(points // along, axis=0, return_counts=True)
+            out[:, r] = (cells.shape[0], np.prod(np.minimum(along, n - cells * along) / along, axis=1).sum(),
+                         held.min())
+        return out
+    step = max(1, (1 << 21) // count)
+    for a in range(0, lengths.shape[0], step):
+        along, cells = lengths[a:a + step], grid[a:a + step]
+        code = points[None, :, 0] // along[:, 0, None]
+        for d in range(1, n.size):
+            code = code * cells[:, d, None] + points[None, :, d] // along[:, d, None]
+        code.sort(axis=1)
+        new = np.ones(code.shape, dtype=bool)
+        new[:, 1:] = code[:, 1:] != code[:, :-1]
+        per_row = new.sum(axis=1)
+        out[0, a:a + step] = per_row
+        # each cell's points: from its first to the next cell's (a row's first is always new)
+        begins = np.flatnonzero(new.ravel())
+        held = np.diff(np.append(begins, new.size))
+        out[2, a:a + step] = np.minimum.reduceat(held, np.cumsum(per_row) - per_row)
+        # a cell's fraction inside: less than whole only along a dimension where it is the array's last
+        inside = np.ones(code.shape)
+        for d in range(n.size - 1, -1, -1):
+            ids, code = code % cells[:, d, None], code // cells[:, d, None]
+            c = along[:, d, None]
+            inside *= np.minimum(c, n[d] - ids * c) / c
+        out[1, a:a + step] = np.where(new, inside, 0.0).sum(axis=1)
+    return out
