@@ -339,6 +339,15 @@ def test_the_compiled_cell_counts_are_the_numpy_ones(seed: int) -> None:
     kernels.compiled.count_cells(4, 3, 50, kernels.ints(lengths), kernels.ints(points), kernels.ints(n), *got)
     np.testing.assert_array_equal(got[[0, 2]], want[[0, 2]])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=0)
+    # 10^5 cells each a third inside the array (a review's reproducer): a running sum drifted 1.3e-12 from the exact
+    # 33333.33...; the kept one stays as close as numpy's pairwise sum
+    count = 100_000
+    n, lengths = np.asarray([count, 1]), np.asarray([[1, 3]])
+    points = np.stack([np.arange(count), np.zeros(count, dtype=np.int64)], axis=1)
+    got = np.zeros((3, 1))
+    kernels.compiled.count_cells(1, 2, count, kernels.ints(lengths), kernels.ints(points), kernels.ints(n), *got)
+    np.testing.assert_allclose(got[1], point_bounds._cells_numpy(lengths, n, points)[1], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(got[1], count / 3, rtol=1e-14, atol=0)
 
 
 @compiled
@@ -355,3 +364,14 @@ def test_the_compiled_cell_counts_refuse_points_outside_and_empty_lengths() -> N
         kernels.compiled.count_cells(1, 1, 1, one * 0, one, one * 5, *out)
     with pytest.raises(ValueError, match="count_cells: lengths holds 8 bytes, expected 16"):
         kernels.compiled.count_cells(1, 2, 1, one, np.ones(2, dtype=np.int64), np.ones(2, dtype=np.int64) * 5, *out)
+    # counts whose products with the dimensions would wrap (2^62 x 4 is 0 in 64 bits: a review's reproducer wrote
+    # past a buffer of none): refused before any buffer is sized from them
+    empty = np.zeros(0, dtype=np.int64)
+    with pytest.raises(ValueError, match="count_cells: 1 rows, 4 dimensions and 4611686018427387904 points"):
+        kernels.compiled.count_cells(1, 4, 2**62, one.repeat(4), empty, one.repeat(4), *out)
+    with pytest.raises(ValueError, match="point_components: 4 dimensions and 4611686018427387904 points"):
+        kernels.compiled.point_components(1, 4, 2**62, one.repeat(4), empty, one.repeat(4), one, 0, one, np.ones(1),
+                                          one, True, np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="point_breaks: 4 dimensions and 4611686018427387904 points"):
+        kernels.compiled.point_breaks(1, 4, 2**62, one.repeat(4), one.repeat(4), one.repeat(4), empty, np.ones(1), 0,
+                                      0.5, True, True, np.zeros(1), np.zeros(1), np.zeros(1))

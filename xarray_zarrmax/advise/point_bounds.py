@@ -15,6 +15,10 @@ from xarray_zarrmax.advise.memo import KeyedValues
 from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, Reader
 
+#: Points of a read at most whose cells the compiled kernel counts; past them numpy's sort of each row's codes is the
+#: faster (measured on 4-D rows: the compiled count 2.8x at 30 points, 1.4x at 300, 0.97x at 3,000, 0.76x at 10^5)
+COMPILED_CELLS = 1024
+
 
 class PointBounds:
     """The bounds of pointwise reads in an array ``shape`` long, of ``itemsize`` bytes an element, under ``costs``
@@ -154,13 +158,13 @@ class PointBounds:
         return values[:, inverse.ravel()]
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
-        """`cells_of`, worked out: compiled where the package was built so (`kernels`), else `_cells_numpy`: the same
-        counts."""
+        """`cells_of`, worked out: compiled where the package was built so (`kernels`) and the read holds at most
+        `COMPILED_CELLS` points, else `_cells_numpy`: the same counts."""
         n = self.shape[dims]
         out = np.zeros((3, lengths.shape[0]))
         if points.shape[0] == 0 or lengths.shape[0] == 0:
             return out
-        if kernels.compiled is None:
+        if kernels.compiled is None or points.shape[0] > COMPILED_CELLS:
             return _cells_numpy(lengths, n, points)
         ints = kernels.ints
         kernels.compiled.count_cells(lengths.shape[0], lengths.shape[1], points.shape[0], ints(lengths), ints(points),
