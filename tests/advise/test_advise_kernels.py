@@ -375,3 +375,140 @@ def test_the_compiled_cell_counts_refuse_points_outside_and_empty_lengths() -> N
     with pytest.raises(ValueError, match="point_breaks: 4 dimensions and 4611686018427387904 points"):
         kernels.compiled.point_breaks(1, 4, 2**62, one.repeat(4), one.repeat(4), one.repeat(4), empty, np.ones(1), 0,
                                       0.5, True, True, np.zeros(1), np.zeros(1), np.zeros(1))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compiled_listed_bounds_are_the_numpy_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `LISTED` bound of every sharding of every chunk shape of a random case (the proof's: several patterns of
+    every kind, points, batches with repeated windows, both readers, costs with and without spread): the same rows
+    as `bounds._listed_numpy`, within rounding (numpy's log and exp may differ from the C library's in the last
+    bit), some raised above the floor (the check is not of the floor alone)."""
+    from xarray_zarrmax.advise.bounds import QUICK, SearchBounds
+    from xarray_zarrmax.advise.candidates import chunk_grid, shardings
+    from xarray_zarrmax.advise.patterns import pattern_selections, weight
+
+    from .test_advise_search_proof import _case
+
+    shape, dims, patterns, costs, reader = _case(9100 + seed)
+    selections = {n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()}
+    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+    grid = np.asarray(chunk_grid(shape, 4), dtype=np.int64)
+    whole = np.broadcast_to(np.asarray(shape, dtype=np.int64), grid.shape)
+    floor = bounds.terms(grid, whole, np.ones(len(grid), dtype=bool), np.ones(len(grid)), QUICK)
+    owner, _, which = shardings(grid, shape)
+    got = bounds.sharded_floor(floor, grid, owner, which)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "compiled", None)
+        want = bounds.sharded_floor(floor, grid, owner, which)
+    assert owner.size > 10
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert (want > floor[owner] * (1 + 1e-9)).any()
+
+
+@compiled
+def test_the_compiled_listed_bounds_refuse_tables_that_do_not_fit() -> None:
+    """A layout of a chunk shape or option past the tables, a read of a pattern that is not there, or an array of
+    the wrong size: a ValueError naming it, nothing read out of bounds."""
+    assert kernels.compiled is not None
+    f, i = np.zeros, lambda n: np.zeros(n, dtype=np.int64)
+
+    def call(owner: np.ndarray | None = None, which: np.ndarray | None = None, read_pattern: np.ndarray | None = None,
+             rows: np.ndarray | None = None) -> None:
+        assert kernels.compiled is not None
+        owner, which = i(1) if owner is None else owner, i(2) if which is None else which
+        read_pattern, rows = i(1) if read_pattern is None else read_pattern, f(11) if rows is None else rows
+        kernels.compiled.listed_floor(1, 1, 2, 1, 1, owner, which, np.ones(8, dtype=np.int64), f(11), np.ones(1),
+                                      np.ones(1, dtype=np.int64), i(1), f(8), np.ones(8), read_pattern, i(1),
+                                      np.ones(1), np.ones(8), f(1), f(1), f(1), np.ones(8), rows)
+
+    call()
+    with pytest.raises(ValueError, match="layout 0 is of chunk shape 1, expected 0-0"):
+        call(owner=np.ones(1, dtype=np.int64))
+    with pytest.raises(ValueError, match="option along dimension 1 is 4, expected 0-3"):
+        call(which=np.asarray([0, 4], dtype=np.int64))
+    with pytest.raises(ValueError, match="pointwise read 0 is of pattern 1, expected 0-0"):
+        call(read_pattern=np.ones(1, dtype=np.int64))
+    with pytest.raises(ValueError, match="listed_floor: rows holds 80 bytes, expected 88"):
+        call(rows=f(10))
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_tie_test_is_the_numpy_one(seed: int) -> None:
+    """Rows of term bounds about the fastest's (equal terms, terms of zero, an infinite factor): the same least
+    difference to the bit, +inf where a row is not near, rows on both sides of a tie, and no NaN (an equal term at an
+    infinite factor adds nothing)."""
+    from xarray_zarrmax.advise import search
+
+    rng = np.random.default_rng(5400 + seed)
+    n = 3000
+    own = np.abs(rng.normal(size=11)) * rng.choice([0.0, 1.0], 11, p=[0.2, 0.8])
+    rows = own[None] * rng.choice([0.0, 0.9, 1.0, 1.0, 1.1, 3.0], (n, 11))
+    low, high = rng.uniform(0.5, 1.0, 11), rng.uniform(1.0, 3.0, 11)
+    if seed == 3:
+        high[int(rng.integers(0, 6))] = np.inf
+    speedups = rng.uniform(0.7, 1.3, int(rng.integers(1, 3)))
+    corners = np.asarray([(f, s) for f in rng.uniform(0.8, 1.2, 2) for s in speedups])
+    columns = (6, 7, 8, 9, 10)
+    near = rng.random(n) < 0.8
+    want = np.full(n, np.inf)
+    want[near] = search._tie_least_numpy(rows[near], own, low, high, corners, *columns)
+    assert kernels.compiled is not None
+    got = np.empty(n)
+    kernels.compiled.tie_least(n, len(corners), *columns, rows, near, own, low, high, corners, got)
+    np.testing.assert_array_equal(got, want)
+    tol = 1e-12 * own.sum()
+    assert (want[near] <= tol).any() and (want[near] > tol).any()
+    assert not np.isnan(want).any()
+
+
+@compiled
+def test_the_compiled_tie_test_refuses_arrays_of_the_wrong_size() -> None:
+    assert kernels.compiled is not None
+    z = np.zeros
+
+    def call(rows: np.ndarray | None = None, near: np.ndarray | None = None, column: int = 6) -> None:
+        assert kernels.compiled is not None
+        rows, near = z(22) if rows is None else rows, np.ones(2, dtype=bool) if near is None else near
+        kernels.compiled.tie_least(2, 1, column, 7, 8, 9, 10, rows, near, z(11), z(11), z(11), z(2), z(2))
+
+    call()
+    with pytest.raises(ValueError, match="tie_least: rows holds 168 bytes, expected 176"):
+        call(rows=z(21))
+    with pytest.raises(ValueError, match="tie_least: near holds 3 bytes, expected 2"):
+        call(near=np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="tie_least: column 11, expected 0-10"):
+        call(column=11)
+
+
+@compiled
+@pytest.mark.parametrize("ndim", range(1, 6))
+def test_the_compiled_shardings_are_the_numpy_ones(ndim: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random arrays and chunk shapes (chunks along a dimension of 1, 2, 8 and others, shards capped by
+    MAX_SHARD_CHUNKS): the same layouts in the same order, some of every option."""
+    from xarray_zarrmax.advise import candidates
+
+    rng = np.random.default_rng(5500 + ndim)
+    monkeypatch.setattr(candidates, "MAX_SHARD_CHUNKS", int(rng.choice([64, 1 << 20])))
+    shape = rng.integers(1, 400, ndim)
+    lengths = [np.unique(np.concatenate([[1, n], -(-n // np.asarray([1, 2, 8])), rng.integers(1, n + 1, 4)]))
+               for n in shape]
+    chunks = np.stack([rng.choice(options, 300) for options in lengths], axis=1)
+    got = candidates.shardings(chunks, shape.tolist())
+    want = candidates._shardings_numpy(chunks, shape.tolist())
+    for g, w, name in zip(got, want, ("owner", "ks", "which"), strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+    # every option (1 along one dimension only where another shards: a shard holds more than one chunk)
+    assert set(np.unique(want[2]).tolist()) == ({1, 2, 3} if ndim == 1 else {0, 1, 2, 3}) and want[0].size > 100
+
+
+@compiled
+def test_the_compiled_shardings_refuse_what_does_not_fit() -> None:
+    assert kernels.compiled is not None
+    out = [np.empty(4, dtype=np.int64), np.empty((4, 1), dtype=np.int64), np.empty((4, 1), dtype=np.int64)]
+    assert kernels.compiled.list_shardings(1, 1, np.asarray([20], dtype=np.int64), 1e6, *out) == 3  # 2, 8 and 20
+    with pytest.raises(ValueError, match="more layouts than the 2 the outputs hold"):
+        kernels.compiled.list_shardings(1, 1, np.asarray([20], dtype=np.int64), 1e6, *(a[:2] for a in out))
+    with pytest.raises(ValueError, match="holds 0 chunks along dimension 0, expected 1 or more"):
+        kernels.compiled.list_shardings(1, 1, np.asarray([0], dtype=np.int64), 1e6, *out)

@@ -392,3 +392,18 @@ def test_refining_leaves_uncosted_only_neighbours_that_cannot_tie(seed: int, mon
     bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
                           {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, reader)
     assert not tied_with(bounds, layout_terms(bounds, left), polished[0]).any()
+
+
+def test_a_layout_with_the_fastests_terms_ties_even_at_an_infinite_factor(bound_kernels: str) -> None:
+    """A rate's spread whose low end is so near 0 that its factor overflows to infinity: a row whose terms are the
+    fastest's own still ties, for the search's test and the model's (an equal term adds nothing, where 0 x inf made a
+    NaN that ruled the tie out), and a row a hair slower on a spread-free term still does not."""
+    costs = Costs(latency_s=0.02, request_bps=8e7, spread=(("request_bps", 1e-310, 9e7),))
+    assert costs.factors()["request_bps"][1] == math.inf
+    best = {name: 0.01 * (i + 1) for i, name in enumerate(TERMS) if name != "transfer"}
+    own = np.asarray([[best.get(name, 0.0) for name in TERMS]])
+    assert could_tie(own, best, costs).tolist() == [True] and could_beat(best, best, costs)
+    slower = own.copy()
+    slower[0, TERMS.index("chunk_s")] *= 1.001
+    assert could_tie(slower, best, costs).tolist() == [False]
+    assert not could_beat({**best, "chunk_s": best["chunk_s"] * 1.001}, best, costs)

@@ -19,6 +19,18 @@
  *
  * count_cells (point_bounds._cells_numpy): per row of cell lengths, the distinct cells holding a pointwise read's
  * points, their fractions inside the array, and the fewest points one holds.
+ *
+ * listed_floor (bounds.SearchBounds._listed_numpy): per sharded layout listed, its chunk shape's bound of every
+ * sharding raised by what its own shards add at least, from tables per chunk shape and option of chunks per shard.
+ *
+ * list_shardings (candidates._shardings_numpy): the sharded layouts of many chunk shapes, each shape's in the order of
+ * its options' combinations.
+ *
+ * tie_least (search._tie_least_numpy): per row of term bounds, the least difference from the fastest's terms over the
+ * spread's corners (search.could_tie).
+ *
+ * hash_find, hash_insert (memo.KeyedValues' sorted tiers): where the counts above are remembered, an open-addressed
+ * table of int64 keys: a search looks up millions of rows of lengths, a few thousand at a time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1008,6 +1020,427 @@ done:
     return result;
 }
 
+/* listed_floor: bounds.SearchBounds._listed_numpy, the same arithmetic in the same order, a layout at a time. Per layout
+ * i (chunk shape owner[i], option which[i][d] of each dimension's chunks per shard, of the 4 in `table`), per pattern
+ * p: logs and corner from per-(shape, dimension, option) tables, per pointwise read r of p its shards (`held`, per
+ * layout) and the objects of its other dimensions; then the requests, indexes, waits and waves of each pattern, summed
+ * by the patterns' weights into `floor`'s row of the chunk shape. */
+typedef struct {
+    Py_buffer owner, which, table, floor, weights, windows, first_pointed, logmean, corner, read_pattern, read_first,
+        held, objects, touched, merged, joined, scalars, rows;
+} FloorBuffers;
+
+static PyObject *listed_floor(PyObject *self, PyObject *args) {
+    (void)self;
+    FloorBuffers B;
+    Py_ssize_t n, m, ndim, P, R;
+    if (!PyArg_ParseTuple(args, "nnnnny*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*", &n, &m, &ndim, &P, &R, &B.owner,
+                          &B.which, &B.table, &B.floor, &B.weights, &B.windows, &B.first_pointed, &B.logmean,
+                          &B.corner, &B.read_pattern, &B.read_first, &B.held, &B.objects, &B.touched, &B.merged,
+                          &B.joined, &B.scalars, &B.rows))
+        return NULL;
+    PyObject *result = NULL;
+    if (n < 0 || m < 1 || ndim < 1 || ndim > 64 || P < 0 || R < 0 || P > 1024 || R > 1 << 20 ||
+        n > PY_SSIZE_T_MAX / 64 / (R + 1) || m > PY_SSIZE_T_MAX / 256 / (P + R + 1)) {
+        PyErr_Format(PyExc_ValueError, "listed_floor: %zd layouts, %zd chunk shapes, %zd dimensions, %zd patterns and "
+                     "%zd pointwise reads, expected 0 or more, 1 or more, 1-64, 0-1024 and 0-2^20", n, m, ndim, P, R);
+        goto done;
+    }
+    const Py_ssize_t cells = m * ndim * 4;
+    if (!sized(&B.owner, n, "listed_floor: owner") || !sized(&B.which, n * ndim, "listed_floor: which") ||
+        !sized(&B.table, cells, "listed_floor: table") || !sized(&B.floor, m * 11, "listed_floor: floor") ||
+        !sized(&B.weights, P, "listed_floor: weights") || !sized(&B.windows, P, "listed_floor: windows") ||
+        !sized(&B.first_pointed, P, "listed_floor: first_pointed") ||
+        !sized(&B.logmean, P * cells, "listed_floor: logmean") || !sized(&B.corner, P * cells, "listed_floor: corner") ||
+        !sized(&B.read_pattern, R, "listed_floor: read_pattern") ||
+        !sized(&B.read_first, R, "listed_floor: read_first") || !sized(&B.held, R * n, "listed_floor: held") ||
+        !sized(&B.objects, R * cells, "listed_floor: objects") || !sized(&B.touched, R * m, "listed_floor: touched") ||
+        !sized(&B.merged, R * m, "listed_floor: merged") || !sized(&B.joined, R * m, "listed_floor: joined") ||
+        !sized(&B.scalars, 8, "listed_floor: scalars") || !sized(&B.rows, n * 11, "listed_floor: rows"))
+        goto done;
+    const int64_t *owner = B.owner.buf, *which = B.which.buf, *table = B.table.buf, *windows = B.windows.buf,
+                  *first_pointed = B.first_pointed.buf, *read_pattern = B.read_pattern.buf,
+                  *read_first = B.read_first.buf;
+    const double *floor_rows = B.floor.buf, *weights = B.weights.buf, *logmean = B.logmean.buf,
+                 *corner_of = B.corner.buf, *held = B.held.buf, *objects_of = B.objects.buf,
+                 *touched_of = B.touched.buf, *merged_of = B.merged.buf, *joined_of = B.joined.buf,
+                 *scalars = B.scalars.buf;
+    double *rows = B.rows.buf;
+    for (Py_ssize_t r = 0; r < R; r++)
+        if (read_pattern[r] < 0 || read_pattern[r] >= P) {
+            PyErr_Format(PyExc_ValueError, "listed_floor: pointwise read %zd is of pattern %lld, expected 0-%zd", r,
+                         (long long)read_pattern[r], P - 1);
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (owner[i] < 0 || owner[i] >= m) {
+            PyErr_Format(PyExc_ValueError, "listed_floor: layout %zd is of chunk shape %lld, expected 0-%zd", i,
+                         (long long)owner[i], m - 1);
+            goto done;
+        }
+        for (Py_ssize_t d = 0; d < ndim; d++)
+            if (which[i * ndim + d] < 0 || which[i * ndim + d] > 3) {
+                PyErr_Format(PyExc_ValueError, "listed_floor: layout %zd's option along dimension %zd is %lld, "
+                             "expected 0-3", i, d, (long long)which[i * ndim + d]);
+                goto done;
+            }
+    }
+    const double concurrency = scalars[0], fraction = scalars[1], latency_s = scalars[2], request_s = scalars[3],
+                 connect_s = scalars[4], index_s = scalars[5], index_entry_s = scalars[6], most = scalars[7];
+    const double slots = concurrency > 1.0 ? concurrency : 1.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t o = owner[i];
+        const int64_t *w = which + i * ndim;
+        double per_object = 1.0;
+        for (Py_ssize_t d = 0; d < ndim; d++) per_object *= (double)table[(o * ndim + d) * 4 + w[d]];
+        double lat = 0.0, req = 0.0, conn = 0.0, idx = 0.0;
+        for (Py_ssize_t p = 0; p < P; p++) {
+            const double win = (double)windows[p];
+            double logs = 0.0, corner = 1.0, extra = 0.0, point_wait = 0.0;
+            if (windows[p] > 0) {
+                const double *lm = logmean + p * cells, *cn = corner_of + p * cells;
+                for (Py_ssize_t d = 0; d < ndim; d++) {
+                    logs += lm[(o * ndim + d) * 4 + w[d]];
+                    corner *= cn[(o * ndim + d) * 4 + w[d]];
+                }
+                for (Py_ssize_t r = 0; r < R; r++) {
+                    if (read_pattern[r] != p) continue;
+                    const double h = held[r * n + i];
+                    logs += log(h) / win;
+                    const double *ob = objects_of + r * cells;
+                    double others = 1.0;
+                    for (Py_ssize_t d = 0; d < ndim; d++) others *= ob[(o * ndim + d) * 4 + w[d]];
+                    const double objects = h * others, touched = touched_of[r * m + o];
+                    const double merged = merged_of[r * m + o], joined = joined_of[r * m + o];
+                    double requests; /* point_bounds.PointBounds.requests */
+                    if (per_object <= 1.0)
+                        requests = 1.0 + merged < joined ? 1.0 + merged : joined;
+                    else if (fraction * per_object > touched)
+                        requests = objects + (objects > merged ? objects : merged);
+                    else
+                        requests = joined;
+                    extra += requests - objects > 0.0 ? requests - objects : 0.0;
+                    if (read_first[r]) point_wait = fraction * per_object > touched ? 1.0 : 0.0;
+                }
+            }
+            double requests_p = 0.0, indexes_p = 0.0, waits_p = 0.0, waves_p = 0.0;
+            if (windows[p] > 0) {
+                const double mean = exp(logs) * (1 - 1e-12);
+                requests_p = (win > win * mean ? win : win * mean) + extra;
+                indexes_p = mean > 1.0 ? mean : 1.0;
+                waves_p = ceil(requests_p / slots - 1e-9) - win;
+                if (waves_p < 0.0) waves_p = 0.0;
+                if (!first_pointed[p])
+                    waits_p = corner < fraction * per_object ? 1.0 : 0.0;
+                else if (point_wait > waves_p)
+                    waves_p = point_wait;
+            }
+            lat += (waits_p + waves_p) * weights[p];
+            req += requests_p * weights[p];
+            conn += (requests_p < concurrency ? requests_p : concurrency) * weights[p];
+            idx += indexes_p * weights[p];
+        }
+        const double *f = floor_rows + o * 11;
+        double *out = rows + i * 11;
+        for (int t = 0; t < 11; t++) out[t] = f[t];
+        out[0] += lat * latency_s;
+        if (req * request_s > out[1]) out[1] = req * request_s;
+        if (conn * connect_s > out[2]) out[2] = conn * connect_s;
+        if (idx * index_s > out[3]) out[3] = idx * index_s;
+        if (idx * per_object * index_entry_s > out[4]) out[4] = idx * per_object * index_entry_s;
+        out[8] += idx * 16 * (per_object - 1) / most;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:;
+    Py_buffer *all[] = {&B.owner,   &B.which,       &B.table,      &B.floor,   &B.weights, &B.windows,
+                        &B.first_pointed, &B.logmean, &B.corner, &B.read_pattern, &B.read_first, &B.held,
+                        &B.objects, &B.touched,     &B.merged,     &B.joined,  &B.scalars, &B.rows};
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) PyBuffer_Release(all[k]);
+    return result;
+}
+
+/* list_shardings: candidates._shardings_numpy. Per chunk shape (its chunks along each dimension, `fulls`), every
+ * combination of the options 1, 2, 8 and all along each dimension (lexicographic, the last dimension fastest) whose
+ * options fit the dimension ("all" only where it is none of the others), holding more than one chunk and at most
+ * `most` in all: its row, chunks per shard and options, written from the start of the outputs; returns how many. */
+typedef struct {
+    Py_buffer fulls, owner, ks, which;
+} ShardingBuffers;
+
+static PyObject *list_shardings(PyObject *self, PyObject *args) {
+    (void)self;
+    ShardingBuffers B;
+    Py_ssize_t m, ndim;
+    double most;
+    if (!PyArg_ParseTuple(args, "nny*dw*w*w*", &m, &ndim, &B.fulls, &most, &B.owner, &B.ks, &B.which)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t found = 0;
+    if (m < 0 || ndim < 1 || ndim > 31 || m > PY_SSIZE_T_MAX / ndim) {
+        PyErr_Format(PyExc_ValueError, "list_shardings: %zd chunk shapes of %zd dimensions, expected 0 or more and 1-31",
+                     m, ndim);
+        goto done;
+    }
+    const Py_ssize_t room = B.owner.len / 8;
+    if (!sized(&B.fulls, m * ndim, "list_shardings: fulls") || !sized(&B.owner, room, "list_shardings: owner") ||
+        room > PY_SSIZE_T_MAX / ndim || !sized(&B.ks, room * ndim, "list_shardings: ks") ||
+        !sized(&B.which, room * ndim, "list_shardings: which"))
+        goto done;
+    const int64_t *fulls = B.fulls.buf;
+    int64_t *owner = B.owner.buf, *ks = B.ks.buf, *which = B.which.buf;
+    int64_t option[64][4];
+    int valid[64][4], w[64];
+    for (Py_ssize_t r = 0; r < m; r++) {
+        const int64_t *full = fulls + r * ndim;
+        for (Py_ssize_t d = 0; d < ndim; d++) {
+            const int64_t f = full[d];
+            if (f < 1) {
+                PyErr_Format(PyExc_ValueError, "list_shardings: chunk shape %zd holds %lld chunks along dimension %zd, "
+                             "expected 1 or more", r, (long long)f, d);
+                goto done;
+            }
+            option[d][0] = 1, option[d][1] = 2, option[d][2] = 8, option[d][3] = f;
+            for (int o = 0; o < 4; o++) valid[d][o] = option[d][o] <= f;
+            valid[d][3] = valid[d][3] && f != 1 && f != 2 && f != 8;
+            w[d] = 0;
+        }
+        for (;;) { /* the combinations in order: an odometer, the last dimension fastest */
+            int fits = 1;
+            double per_object = 1.0;
+            for (Py_ssize_t d = 0; d < ndim && fits; d++) {
+                fits = valid[d][w[d]];
+                per_object *= (double)option[d][w[d]];
+            }
+            if (fits && per_object > 1 && per_object <= most) {
+                if (found == room) {
+                    PyErr_Format(PyExc_ValueError, "list_shardings: more layouts than the %zd the outputs hold", room);
+                    goto done;
+                }
+                owner[found] = r;
+                for (Py_ssize_t d = 0; d < ndim; d++) {
+                    ks[found * ndim + d] = option[d][w[d]];
+                    which[found * ndim + d] = w[d];
+                }
+                found++;
+            }
+            Py_ssize_t d = ndim - 1;
+            while (d >= 0 && w[d] == 3) w[d--] = 0;
+            if (d < 0) break;
+            w[d]++;
+        }
+    }
+    result = PyLong_FromSsize_t(found);
+done:
+    PyBuffer_Release(&B.fulls);
+    PyBuffer_Release(&B.owner);
+    PyBuffer_Release(&B.ks);
+    PyBuffer_Release(&B.which);
+    return result;
+}
+
+/* tie_least: search._tie_least_numpy, the same arithmetic a row at a time, in the same order (to the bit). Rows not
+ * `near` are left +inf. */
+typedef struct {
+    Py_buffer rows, near, own, low, high, corners, least;
+} TieBuffers;
+
+static double least_of(double a, double b) { return (a != a || b != b) ? NAN : (b < a ? b : a); }
+
+/* d times f, 0 where d is 0 whatever f (search._scaled: an infinite factor makes no NaN of an equal term) */
+static double scaled(double d, double f) { return d == 0 ? 0.0 : d * f; }
+
+static double charged(double d, double low, double high) { return d > 0 ? scaled(d, low) : scaled(d, high); }
+
+static PyObject *tie_least(PyObject *self, PyObject *args) {
+    (void)self;
+    TieBuffers B;
+    Py_ssize_t n, k, r, a, either, one, pool;
+    if (!PyArg_ParseTuple(args, "nnnnnnny*y*y*y*y*y*w*", &n, &k, &r, &a, &either, &one, &pool, &B.rows, &B.near,
+                          &B.own, &B.low, &B.high, &B.corners, &B.least))
+        return NULL;
+    PyObject *result = NULL;
+    if (n < 0 || n > PY_SSIZE_T_MAX / 88 || k < 1 || k > 64) {
+        PyErr_Format(PyExc_ValueError, "tie_least: %zd rows and %zd corners, expected 0 or more and 1-64", n, k);
+        goto done;
+    }
+    const Py_ssize_t columns[] = {r, a, either, one, pool};
+    for (int c = 0; c < 5; c++)
+        if (columns[c] < 0 || columns[c] > 10) {
+            PyErr_Format(PyExc_ValueError, "tie_least: column %zd, expected 0-10", columns[c]);
+            goto done;
+        }
+    if (!sized(&B.rows, n * 11, "tie_least: rows") || B.near.len != n || !sized(&B.own, 11, "tie_least: own") ||
+        !sized(&B.low, 11, "tie_least: low") || !sized(&B.high, 11, "tie_least: high") ||
+        !sized(&B.corners, 2 * k, "tie_least: corners") || !sized(&B.least, n, "tie_least: least")) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "tie_least: near holds %zd bytes, expected %zd", B.near.len, n);
+        goto done;
+    }
+    const double *rows = B.rows.buf, *own = B.own.buf, *low = B.low.buf, *high = B.high.buf, *corners = B.corners.buf;
+    const unsigned char *near = B.near.buf;
+    double *least = B.least.buf;
+    int skip[11] = {0};
+    for (int c = 0; c < 5; c++) skip[columns[c]] = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!near[i]) {
+            least[i] = INFINITY;
+            continue;
+        }
+        const double *row = rows + i * 11;
+        double diff[11];
+        for (int t = 0; t < 11; t++) diff[t] = row[t] - own[t];
+        double part[11];
+        for (int t = 0; t < 11; t++) part[t] = skip[t] ? 0.0 : charged(diff[t], low[t], high[t]);
+        /* summed in numpy's order for a row of 11 (its pairwise sum: eight partial sums, then the rest in turn) */
+        double sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        sum += part[8];
+        sum += part[9];
+        sum += part[10];
+        /* the two decode terms share one rate (the pool's, the speedup too): the least of the corners */
+        double corner = scaled(diff[one], corners[0]) + scaled(scaled(diff[pool], corners[0]), corners[1]);
+        for (Py_ssize_t c = 1; c < k; c++)
+            corner = least_of(corner, scaled(diff[one], corners[2 * c]) +
+                                          scaled(scaled(diff[pool], corners[2 * c]), corners[2 * c + 1]));
+        sum = sum + corner;
+        /* the transfer of unknown rate split between the two as gives the least: at an end or where a difference
+         * changes sign (convex) */
+        const double extra = row[either];
+        double lo = -diff[r], hi = diff[a] + extra;
+        lo = lo < 0 ? 0 : (lo > extra ? extra : lo);
+        hi = hi < 0 ? 0 : (hi > extra ? extra : hi);
+        const double splits[4] = {0.0, extra, lo, hi};
+        double best = 0.0;
+        for (int c = 0; c < 4; c++) {
+            const double x = splits[c];
+            const double value = charged(diff[r] + x, low[r], high[r]) + charged(diff[a] + extra - x, low[a], high[a]);
+            best = c == 0 ? value : least_of(best, value);
+        }
+        least[i] = sum + best;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:;
+    Py_buffer *all[] = {&B.rows, &B.near, &B.own, &B.low, &B.high, &B.corners, &B.least};
+    for (size_t j = 0; j < sizeof(all) / sizeof(all[0]); j++) PyBuffer_Release(all[j]);
+    return result;
+}
+
+/* hash_find, hash_insert: a table of `slots` (a power of two) pairs of int64, a key and the place of its values (-1:
+ * the slot is empty), side by side (a probe reads one cache line); Fibonacci hashing, linear probing. Its owner
+ * (memo.KeyedValues) keeps it at most half full, so a probe meets an empty slot soon; a full one is refused, never
+ * looped on. */
+typedef struct {
+    Py_buffer table, asked, out;
+} HashBuffers;
+
+static int hash_table(Py_buffer *table, Py_ssize_t *slots, int *bits, const char *name) {
+    *slots = table->len / 16;
+    *bits = bit_length((int64_t)*slots) - 1;
+    if (*slots < 2 || ((size_t)*slots & ((size_t)*slots - 1)) != 0 || table->len % 16 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: the table holds %zd bytes, expected 16 times a power of two (2 slots or "
+                     "more)", name, table->len);
+        return 0;
+    }
+    return 1;
+}
+
+static size_t hash_slot(int64_t key, int bits) {
+    return (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+/* per key asked, the place of its values, or -1 where the table does not hold it */
+static PyObject *hash_find(PyObject *self, PyObject *args) {
+    (void)self;
+    HashBuffers B;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &B.table, &B.asked, &B.out)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t slots;
+    int bits;
+    if (!hash_table(&B.table, &slots, &bits, "hash_find") || !sized(&B.asked, B.asked.len / 8, "hash_find: keys") ||
+        !sized(&B.out, B.asked.len / 8, "hash_find: out"))
+        goto done;
+    const int64_t *table = B.table.buf, *asked = B.asked.buf;
+    int64_t *out = B.out.buf;
+    const size_t mask = (size_t)slots - 1;
+    for (Py_ssize_t i = 0; i < B.asked.len / 8; i++) {
+        size_t s = hash_slot(asked[i], bits);
+        out[i] = -1;
+        for (Py_ssize_t probes = 0; probes < slots && table[2 * s + 1] >= 0; probes++, s = (s + 1) & mask)
+            if (table[2 * s] == asked[i]) {
+                out[i] = table[2 * s + 1];
+                break;
+            }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&B.table);
+    PyBuffer_Release(&B.asked);
+    PyBuffer_Release(&B.out);
+    return result;
+}
+
+/* the keys given into the table, the i-th with its values at first + i; a key the table holds already (or given
+ * twice), or no empty slot left, is refused (ValueError) with the table as it was */
+static PyObject *hash_insert(PyObject *self, PyObject *args) {
+    (void)self;
+    HashBuffers B;
+    Py_ssize_t first;
+    if (!PyArg_ParseTuple(args, "w*y*n", &B.table, &B.asked, &first)) return NULL;
+    B.out.buf = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t slots, done_keys = 0;
+    int bits;
+    size_t *placed = NULL;
+    if (!hash_table(&B.table, &slots, &bits, "hash_insert") || !sized(&B.asked, B.asked.len / 8, "hash_insert: keys"))
+        goto done;
+    const Py_ssize_t count = B.asked.len / 8;
+    if (first < 0 || first > PY_SSIZE_T_MAX - count) {
+        PyErr_Format(PyExc_ValueError, "hash_insert: the first place is %zd, expected 0 or more", first);
+        goto done;
+    }
+    placed = malloc(sizeof(size_t) * (size_t)(count > 0 ? count : 1));
+    if (!placed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *table = B.table.buf;
+    const int64_t *asked = B.asked.buf;
+    const size_t mask = (size_t)slots - 1;
+    for (; done_keys < count; done_keys++) {
+        size_t s = hash_slot(asked[done_keys], bits);
+        Py_ssize_t probes = 0;
+        for (; probes < slots && table[2 * s + 1] >= 0; probes++, s = (s + 1) & mask)
+            if (table[2 * s] == asked[done_keys]) {
+                PyErr_Format(PyExc_ValueError, "hash_insert: key %lld is held already (key %zd of %zd given)",
+                             (long long)asked[done_keys], done_keys, count);
+                goto undo;
+            }
+        if (probes == slots) {
+            PyErr_Format(PyExc_ValueError, "hash_insert: no empty slot left of %zd for key %zd of %zd", slots,
+                         done_keys, count);
+            goto undo;
+        }
+        table[2 * s] = asked[done_keys];
+        table[2 * s + 1] = first + done_keys;
+        placed[done_keys] = s;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+undo: /* every slot filled here was empty before */
+    while (done_keys > 0) {
+        const size_t s = placed[--done_keys];
+        table[2 * s] = 0;
+        table[2 * s + 1] = -1;
+    }
+done:
+    free(placed);
+    PyBuffer_Release(&B.table);
+    PyBuffer_Release(&B.asked);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gap_counts", gap_counts, METH_VARARGS,
      "gap_counts(boxes, read, row, lo, length, stored, grid, last, pieces, read_weight, chunk_enc, decoded, "
@@ -1026,6 +1459,22 @@ static PyMethodDef methods[] = {
     {"count_cells", count_cells, METH_VARARGS,
      "count_cells(rows, m, count, lengths, points, extent, cells, fraction, least): point_bounds._cells_numpy, "
      "written into the last three."},
+    {"listed_floor", listed_floor, METH_VARARGS,
+     "listed_floor(n, m, ndim, patterns, reads, owner, which, table, floor, weights, windows, first_pointed, logmean, "
+     "corner, read_pattern, read_first, held, objects, touched, merged, joined, scalars, rows): "
+     "bounds.SearchBounds._listed_numpy, written into rows."},
+    {"list_shardings", list_shardings, METH_VARARGS,
+     "list_shardings(m, ndim, fulls, most, owner, ks, which): candidates._shardings_numpy, written from the start of "
+     "the last three; returns how many."},
+    {"tie_least", tie_least, METH_VARARGS,
+     "tie_least(n, corners, r, a, either, one, pool, rows, near, own, low, high, corners, least): "
+     "search._tie_least_numpy, written into least (+inf where not near)."},
+    {"hash_find", hash_find, METH_VARARGS,
+     "hash_find(table, asked, out): memo.KeyedValues' lookup, the place of each asked key's values (-1: not held) "
+     "written into out (table: pairs of int64, a key and its place)."},
+    {"hash_insert", hash_insert, METH_VARARGS,
+     "hash_insert(table, given, first): memo.KeyedValues' addition, the i-th given key with its values at first + i "
+     "(ValueError, the table unchanged, for a key held already or no slot left)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.candidates import multiples
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
 from xarray_zarrmax.advise.point_bounds import PointBounds
@@ -144,61 +145,67 @@ class SearchBounds:
         layout's row of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per
         shard are."""
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
-        picked = np.take_along_axis(table[owner], which[:, :, None], axis=2)[:, :, 0]
-        per_object = np.prod(picked.astype(np.float64), axis=1)
-        rows = floor[owner].copy()
-        requests, indexes, waits, waves = np.zeros((4, owner.size, len(self.patterns)))
+        m, ndim = chunks.shape
+        dim = np.arange(ndim)[None]
+        tables = _ListedTables(table, floor, np.asarray([p.weight for p in self.patterns], dtype=np.float64),
+                               np.asarray([p.starts.shape[0] for p in self.patterns], dtype=np.int64),
+                               np.asarray([bool(p.pointed[0].any()) if p.starts.shape[0] else False
+                                           for p in self.patterns], dtype=np.int64),
+                               np.zeros((len(self.patterns), m, ndim, 4)), np.ones((len(self.patterns), m, ndim, 4)))
+        held, objects, touched, merged, joined, read_pattern, read_first = [], [], [], [], [], [], []
+        picked = None
         for p, pattern in enumerate(self.patterns):
             windows = pattern.starts.shape[0]
             if windows == 0:
                 continue
-            logs, corner = np.zeros(owner.size), np.ones(owner.size)
-            for d in range(self.shape.size):
+            for d in range(ndim):
                 per = table[:, d, :, None]  # (m, 4, 1)
                 c = chunks[:, d, None, None]
                 first, last = pattern.starts[None, None, :, d] // c, (pattern.stops[None, None, :, d] - 1) // c
-                objects = last // per - first // per + 1  # (m, 4, windows): objects along d (of whole chunks)
-                logs += np.log(objects).mean(axis=2)[owner, which[:, d]]
+                objects_d = last // per - first // per + 1  # (m, 4, windows): objects along d (of whole chunks)
+                tables.logmean[p, :, d] = np.log(objects_d).mean(axis=2)
                 # the first selection's chunks in its first object along d
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
-                corner *= (ends - first[:, :, 0] + 1)[owner, which[:, d]]
-            extra, point_wait = np.zeros(owner.size), np.zeros(owner.size)
+                tables.corner[p, :, d] = ends - first[:, :, 0] + 1
             for j, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
-                held = self.pointwise.cells_of((picked * chunks[owner])[:, dims], dims, points)[0]
-                logs += np.log(held) / windows
+                if picked is None:
+                    picked = table[owner[:, None], dim, which]  # (layouts, ndim) chunks per shard
+                held.append(self.pointwise.cells_of((picked * chunks[owner])[:, dims], dims, points)[0])
                 # and the requests its ranges take at least (`point_bounds.PointBounds.requests`): beyond one an object
-                others = [d for d in range(self.shape.size) if d not in dims]
+                others = [d for d in range(ndim) if d not in dims]
                 first = pattern.starts[j, others] // chunks[:, others]
                 last = (pattern.stops[j, others] - 1) // chunks[:, others]
-                per = picked[:, others]
-                objects_j = held * np.prod(last[owner] // per - first[owner] // per + 1, axis=1)
-                touched_j = (self.pointwise.cells_of(chunks[:, dims], dims, points)[0]
-                             * np.prod(last - first + 1, axis=1))[owner]
-                merged, joined = (v[owner] for v in self.pointwise.components_of(
-                    chunks, pattern.starts[j], pattern.stops[j], dims, points))
-                extra += np.maximum(0.0, self.pointwise.requests(objects_j, touched_j, per_object, merged, joined)
-                                    - objects_j)
-                if j == 0:  # every shard read by ranges: the read waits for an index first
-                    point_wait = (self.reader.full_shard_fraction * per_object > touched_j).astype(np.float64)
-            mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
-            requests[:, p] = np.maximum(windows, windows * mean) + extra
-            indexes[:, p] = np.maximum(1.0, mean)
-            # a wave of round trips per `concurrency` objects (`floor` took one a selection)
-            waves[:, p] = np.maximum(0.0, np.ceil(requests[:, p] / max(1, self.reader.concurrency) - 1e-9) - windows)
-            if not pattern.pointed[0].any():  # the first selection finds no index cached: by ranges, it waits
-                waits[:, p] = corner < self.reader.full_shard_fraction * per_object
-            else:  # a pointwise one: its wait is a round trip of the waves' (each at least one a selection)
-                waves[:, p] = np.maximum(waves[:, p], point_wait)
-        weights = np.asarray([pattern.weight for pattern in self.patterns])
+                along = np.ones((m, ndim, 4))
+                along[:, others] = last[:, :, None] // table[:, others] - first[:, :, None] // table[:, others] + 1
+                objects.append(along)
+                touched.append(self.pointwise.cells_of(chunks[:, dims], dims, points)[0]
+                               * np.prod(last - first + 1, axis=1))
+                merged_j, joined_j = self.pointwise.components_of(chunks, pattern.starts[j], pattern.stops[j], dims,
+                                                                  points)
+                merged.append(merged_j)
+                joined.append(joined_j)
+                read_pattern.append(p)
+                read_first.append(j == 0)  # every shard read by ranges: the read waits for an index first
+        n = owner.size
+        per_shape = [np.asarray(v, dtype=np.float64).reshape(-1, m) for v in (touched, merged, joined)]
+        tables.reads = _PointTables(np.asarray(held).reshape(-1, n), np.asarray(objects).reshape(-1, m, ndim, 4),
+                                    per_shape[0], per_shape[1], per_shape[2], np.asarray(read_pattern, dtype=np.int64),
+                                    np.asarray(read_first, dtype=np.int64))
         costs = self.costs
-        rows[:, 0] += (waits + waves) @ weights * costs.latency_s
-        rows[:, 1] = np.maximum(rows[:, 1], requests @ weights * costs.request_s)
-        rows[:, 2] = np.maximum(rows[:, 2], np.minimum(requests, self.reader.concurrency) @ weights * costs.connect_s)
-        rows[:, 3] = np.maximum(rows[:, 3], indexes @ weights * costs.index_s)
-        rows[:, 4] = np.maximum(rows[:, 4], indexes @ weights * per_object * costs.index_entry_s)
-        # each index's entries beyond the one `floor` counted, at the most bandwidth any read gets
-        most = min(costs.request_bps * max(1, self.reader.concurrency), costs.aggregate_bps)
-        rows[:, 8] += indexes @ weights * 16 * (per_object - 1) / most
+        scalars = np.asarray([self.reader.concurrency, self.reader.full_shard_fraction, costs.latency_s,
+                              costs.request_s, costs.connect_s, costs.index_s, costs.index_entry_s,
+                              min(costs.request_bps * max(1, self.reader.concurrency), costs.aggregate_bps)],
+                             dtype=np.float64)
+        if kernels.compiled is None:
+            return _listed_numpy(tables, owner, which, scalars)
+        rows = np.empty((n, len(TERMS)))
+        ints, floats = kernels.ints, kernels.floats
+        r = tables.reads
+        kernels.compiled.listed_floor(n, m, ndim, len(self.patterns), r.pattern.size, ints(owner), ints(which),
+                                      ints(table), floats(floor), floats(tables.weights), ints(tables.windows),
+                                      ints(tables.first_pointed), floats(tables.logmean), floats(tables.corner),
+                                      ints(r.pattern), ints(r.first), floats(r.held), floats(r.objects),
+                                      floats(r.touched), floats(r.merged), floats(r.joined), scalars, rows)
         return rows
 
     def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray,
@@ -460,6 +467,98 @@ class SearchBounds:
                 apart |= high[:, None, :] < low[:, :, None]
             fresh[a:b] |= apart.all(axis=2)
         return fresh
+
+
+@dataclass(slots=True)
+class _PointTables:
+    """`_ListedTables` of each pointwise read (its rows, in the patterns' order): the shards holding its points per
+    layout, its objects along its other dimensions per (chunk shape, dimension, option; 1 along its own), its
+    chunks, `merges` components (merged, joined) per chunk shape, its pattern, and whether it is its first."""
+
+    held: np.ndarray
+    objects: np.ndarray
+    touched: np.ndarray
+    merged: np.ndarray
+    joined: np.ndarray
+    pattern: np.ndarray
+    first: np.ndarray
+
+
+@dataclass(slots=True)
+class _ListedTables:
+    """What `SearchBounds.sharded_floor` works out per chunk shape and option of chunks per shard (``(m, ndim, 4)``,
+    as `candidates.multiples`) before it raises each listed layout's bound: the options, the bound of every sharding
+    of each chunk shape, per pattern its weight, selections and whether its first points, the mean log of its
+    selections' objects and its first selection's chunks in its first object (``(patterns, m, ndim, 4)``)."""
+
+    table: np.ndarray
+    floor: np.ndarray
+    weights: np.ndarray
+    windows: np.ndarray
+    first_pointed: np.ndarray
+    logmean: np.ndarray
+    corner: np.ndarray
+    reads: _PointTables | None = None
+
+
+def _listed_numpy(tables: _ListedTables, owner: np.ndarray, which: np.ndarray, scalars: np.ndarray) -> np.ndarray:
+    """`SearchBounds.sharded_floor`'s rows from its tables, in numpy (the reference `_kernels.c`'s listed_floor is
+    held to, and the bound where it was not built): per layout (chunk shape ``owner``, option ``which`` along each
+    dimension) and pattern, the selections' objects' geometric mean (AM-GM: their sum at least their count times
+    it), a request each and the ranges of its pointwise reads beyond one an object, an index each, a round trip each
+    ``concurrency`` of them; the first selection waits for an index when it reads its first shard by ranges."""
+    concurrency, fraction, latency_s, request_s, connect_s, index_s, index_entry_s, most = scalars.tolist()
+    n, ndim = which.shape
+    reads = tables.reads
+    assert reads is not None
+    at = (owner[:, None], np.arange(ndim)[None], which)  # each layout's (chunk shape, dimension, option)
+    per_object = np.prod(tables.table[at].astype(np.float64), axis=1)
+    rows = tables.floor[owner].copy()
+    lat, req, conn, idx = np.zeros((4, n))
+    for p, weight in enumerate(tables.weights.tolist()):
+        windows = int(tables.windows[p])
+        if windows == 0:
+            continue
+        logs, corner = np.zeros(n), np.ones(n)
+        for d in range(ndim):
+            logs += tables.logmean[p, owner, d, which[:, d]]
+            corner *= tables.corner[p, owner, d, which[:, d]]
+        extra, point_wait = np.zeros(n), np.zeros(n)
+        for r in np.flatnonzero(reads.pattern == p).tolist():
+            held = reads.held[r]
+            logs += np.log(held) / windows
+            others = np.ones(n)
+            for d in range(ndim):
+                others *= reads.objects[r, owner, d, which[:, d]]
+            objects, touched = held * others, reads.touched[r, owner]
+            merged, joined = reads.merged[r, owner], reads.joined[r, owner]
+            ranged = fraction * per_object > touched  # `point_bounds.PointBounds.requests`
+            requests = np.where(per_object <= 1, np.minimum(1 + merged, joined),
+                                np.where(ranged, objects + np.maximum(objects, merged), joined))
+            extra += np.maximum(0.0, requests - objects)
+            if reads.first[r]:
+                point_wait = ranged.astype(np.float64)
+        mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
+        requests_p = np.maximum(windows, windows * mean) + extra
+        indexes_p = np.maximum(1.0, mean)
+        waves = np.maximum(0.0, np.ceil(requests_p / max(1.0, concurrency) - 1e-9) - windows)
+        waits = np.zeros(n)
+        if not tables.first_pointed[p]:  # the first selection finds no index cached: by ranges, it waits
+            waits = (corner < fraction * per_object).astype(np.float64)
+        else:  # a pointwise one: its wait is a round trip of the waves' (each at least one a selection)
+            waves = np.maximum(waves, point_wait)
+        lat += (waits + waves) * weight
+        req += requests_p * weight
+        conn += np.minimum(requests_p, concurrency) * weight
+        idx += indexes_p * weight
+    rows[:, 0] += lat * latency_s
+    rows[:, 1] = np.maximum(rows[:, 1], req * request_s)
+    rows[:, 2] = np.maximum(rows[:, 2], conn * connect_s)
+    rows[:, 3] = np.maximum(rows[:, 3], idx * index_s)
+    rows[:, 4] = np.maximum(rows[:, 4], idx * per_object * index_entry_s)
+    # each index's entries beyond the one the floor counted, at the most bandwidth any read gets
+    rows[:, 8] += idx * 16 * (per_object - 1) / most
+    return rows
 
 
 #: The terms `SearchBounds.terms` bounds, in its columns: `model.predict_terms`' keys, the transfer as one

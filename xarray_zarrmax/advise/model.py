@@ -505,13 +505,17 @@ def could_beat(terms: Mapping[str, float], best: Mapping[str, float], costs: Cos
     draw its own latency. The two decode terms share one decode rate (and the pool's, the speedup too): their
     difference is taken at the four corners of the two, as one."""
     factors = costs.factors()
+
+    def scaled(diff: float, factor: float) -> float:  # an equal term adds nothing, even at an infinite factor
+        return 0.0 if diff == 0 else diff * factor
+
     least = 0.0
     for name in (set(terms) | set(best)) - set(DECODE_TERMS):
         diff = terms.get(name, 0.0) - best.get(name, 0.0)
         low, high = factors.get(name, (1.0, 1.0))
-        least += diff * (low if diff > 0 else high)
+        least += scaled(diff, low if diff > 0 else high)
     one, pool = (terms.get(name, 0.0) - best.get(name, 0.0) for name in DECODE_TERMS)
-    least += min(one * r + pool * r * p for r in factors.get("decode_bps", (1.0, 1.0))
+    least += min(scaled(one, r) + scaled(scaled(pool, r), p) for r in factors.get("decode_bps", (1.0, 1.0))
                  for p in costs.speedup_factors())
     return least <= 1e-12 * abs(sum(best.values()))  # rounding, relative: ties do not depend on the scale
 

@@ -143,19 +143,17 @@ class PointBounds:
         code = np.zeros(lengths.shape[0], dtype=np.int64)
         for d in range(radix.size):
             code = code * radix[d] + lengths[:, d]
-        distinct, inverse = np.unique(code, return_inverse=True)
         memo = memos.setdefault(id(points), (KeyedValues(width), points))[0]  # (the points held: their id stays
-        found, values = memo.find(distinct)  # theirs)
+        found, values = memo.find(code)  # theirs). Every row looked up, the distinct worked out only of the new ones
         if not found.all():
-            missing = distinct[~found]
+            missing = np.unique(code[~found])
             rows = np.empty((missing.size, radix.size), dtype=np.int64)
             rest = missing.copy()
             for d in range(radix.size - 1, -1, -1):
                 rows[:, d], rest = rest % radix[d], rest // radix[d]
-            counted = work(rows)
-            memo.add(missing, counted)
-            values[:, ~found] = counted
-        return values[:, inverse.ravel()]
+            memo.add(missing, work(rows))
+            values[:, ~found] = memo.find(code[~found])[1]
+        return values
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
         """`cells_of`, worked out: compiled where the package was built so (`kernels`) and the read holds at most

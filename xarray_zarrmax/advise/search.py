@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.bounds import LISTED, PAIRWISE, QUICK, RANGES, SAMPLED, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import _sharded
 from xarray_zarrmax.advise.candidates import shardings as shardings_of
@@ -56,47 +57,68 @@ def layout_terms(bounds: SearchBounds, layouts: Sequence[Layout]) -> np.ndarray:
 def tied_with(bounds: SearchBounds, rows: np.ndarray, fastest: Any) -> np.ndarray:
     """Per row of term bounds, whether its layout could tie with ``fastest`` (a costed candidate): its bound
     within the slow end of the fastest's score, and `could_tie` with its terms (tested only where the first holds:
-    about half the rows of a search of scattered points, each test a dozen passes over its rows)."""
+    about half the rows of a search of scattered points)."""
     near = rows @ bounds.key_factors <= high(fastest)
-    if near.all():
-        return could_tie(rows, fastest.terms, bounds.costs)
-    out = np.zeros(len(rows), dtype=bool)
-    if near.any():
-        out[near] = could_tie(rows[near], fastest.terms, bounds.costs)
-    return out
+    if not near.any():
+        return near
+    return could_tie(rows, fastest.terms, bounds.costs, near)
 
 
-def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs) -> np.ndarray:
+def could_tie(rows: np.ndarray, best: Mapping[str, float], costs: Costs, near: np.ndarray | None = None) -> np.ndarray:
     """Per row of ``rows`` (`SearchBounds.terms`: lower bounds of a layout's terms), whether a layout with
     those bounds could be tied with ``best`` (its `predict_terms`, weighted): `model.could_beat`'s least
-    difference over the spread's corners (the two decode terms at the corners of their shared rate and the
-    speedup), which only grows with each term. A transfer whose rate is not known ("transfer") is split between
-    the two rates as gives the least."""
+    difference over the spread's corners (`_tie_least_numpy`, compiled where the package was built so), which only
+    grows with each term, at most a hair above none. ``near``: the rows to test (the others are not tied)."""
+    near = np.ones(len(rows), dtype=bool) if near is None else near
     factors = costs.factors()
     low = np.asarray([factors.get(name, (1.0, 1.0))[0] for name in TERMS])
     high = np.asarray([factors.get(name, (1.0, 1.0))[1] for name in TERMS])
-    either = TERMS.index("transfer")
-    r, a = TERMS.index("request_bps"), TERMS.index("aggregate_bps")
     own = np.asarray([best.get(name, 0.0) for name in TERMS])
+    corners = np.asarray([(f, s) for f in factors.get("decode_bps", (1.0, 1.0)) for s in costs.speedup_factors()])
+    columns = [TERMS.index(name) for name in ("request_bps", "aggregate_bps", "transfer", *DECODE_TERMS)]
+    if kernels.compiled is None:
+        least = np.full(len(rows), np.inf)
+        least[near] = _tie_least_numpy(rows[near], own, low, high, corners, *columns)
+    else:
+        least = np.empty(len(rows))
+        kernels.compiled.tie_least(len(rows), len(corners), *columns, kernels.floats(rows),
+                                   np.ascontiguousarray(near, dtype=np.bool_), own, low, high, kernels.floats(corners),
+                                   least)
+    return least <= 1e-12 * abs(sum(best.values()))  # type: ignore[no-any-return]
+
+
+def _tie_least_numpy(rows: np.ndarray, own: np.ndarray, low: np.ndarray, high: np.ndarray, corners: np.ndarray,
+                     r: int, a: int, either: int, one: int, pool: int) -> np.ndarray:
+    """Per row of term bounds, the least its weighted sum could exceed ``own``'s (the fastest's terms) by, each
+    term's difference at the low (``low``) factor of its spread where it is above, at the high where below: the two
+    decode terms (columns ``one``, ``pool``) at the least of the ``corners`` of their shared rate and the speedup,
+    and a transfer whose rate is not known (``either``) split between the two rates (``r``, ``a``) as gives the
+    least (in numpy: the reference `_kernels.c`'s tie_least is held to, and the test where it was not built)."""
     diff = rows - own[None]
-    least = np.where(diff > 0, diff * low, diff * high)
-    one, pool = (TERMS.index(name) for name in DECODE_TERMS)
+    least = np.where(diff > 0, _scaled(diff, low), _scaled(diff, high))
     least[:, [r, a, either, one, pool]] = 0.0  # the transfer and the decode: below
     least = least.sum(axis=1)
     # the two decode terms share one rate (the pool's, the speedup too): the least of the four corners
-    least = least + np.min([diff[:, one] * f + diff[:, pool] * f * s for f in factors.get("decode_bps", (1.0, 1.0))
-                            for s in costs.speedup_factors()], axis=0)
+    least = least + np.min([_scaled(diff[:, one], f) + _scaled(_scaled(diff[:, pool], f), s)
+                            for f, s in corners.tolist()], axis=0)
     extra = rows[:, either]
 
     def charged(x: np.ndarray) -> np.ndarray:  # x of the unknown transfer at request_bps, the rest at aggregate
         d_r, d_a = diff[:, r] + x, diff[:, a] + extra - x
-        return (np.where(d_r > 0, d_r * low[r], d_r * high[r])
-                + np.where(d_a > 0, d_a * low[a], d_a * high[a]))
+        return (np.where(d_r > 0, _scaled(d_r, low[r]), _scaled(d_r, high[r]))
+                + np.where(d_a > 0, _scaled(d_a, low[a]), _scaled(d_a, high[a])))
 
     # convex in x: its least over [0, extra] lies at an end or where a difference changes sign
     splits = [np.zeros_like(extra), extra, np.clip(-diff[:, r], 0, extra), np.clip(diff[:, a] + extra, 0, extra)]
-    least = least + np.min([charged(x) for x in splits], axis=0)
-    return least <= 1e-12 * abs(sum(best.values()))  # type: ignore[no-any-return]
+    return least + np.min([charged(x) for x in splits], axis=0)  # type: ignore[no-any-return]
+
+
+def _scaled(diff: np.ndarray, factor: Any) -> np.ndarray:
+    """``diff`` times ``factor``, 0 where ``diff`` is 0 whatever the factor: an equal term adds nothing to a tie's
+    difference, even at a factor that overflowed to infinity (a spread's low end of a rate near 0), where 0 x inf
+    would make a NaN and rule the tie out."""
+    with np.errstate(invalid="ignore"):
+        return np.where(diff == 0, 0.0, diff * factor)  # type: ignore[no-any-return]
 
 
 def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBounds,
