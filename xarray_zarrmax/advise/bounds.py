@@ -144,6 +144,8 @@ class SearchBounds:
         when it reads its first shard by ranges, waits for the shard's index (a round trip). ``owner``: each
         layout's row of ``chunks``; ``which``: per dimension, which of `candidates.multiples` its chunks per
         shard are."""
+        if owner.size == 0:  # (every layout of these chunk shapes left out)
+            return np.zeros((0, len(TERMS)))
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         m, ndim = chunks.shape
         dim = np.arange(ndim)[None]
