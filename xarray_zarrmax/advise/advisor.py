@@ -198,8 +198,11 @@ def search(shape: Sequence[int], dims: Sequence[Hashable], itemsize: int, patter
             return objects_meet(shape, itemsize, costs.ratio, outer, constraints.max_object_bytes,
                                 constraints.max_objects)
 
+        # without a limit on objects every layout meets them: none to test (a search lists millions)
+        limited = constraints.max_object_bytes is not None or constraints.max_objects is not None
         outcome = replace(branch_and_bound(shape, grid, bounds, cost, progress, total, SEARCH_LAYOUTS, polish,
-                                           REFINE_STARTS, feasible, seconds=SEARCH_SECONDS), kernels=kernels.in_use())
+                                           REFINE_STARTS, feasible if limited else None, seconds=SEARCH_SECONDS),
+                          kernels=kernels.in_use())
         kept = [c for c in costed.values() if c is not None]
     else:
         kept = []

