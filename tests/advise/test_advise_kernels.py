@@ -512,3 +512,31 @@ def test_the_compiled_shardings_refuse_what_does_not_fit() -> None:
         kernels.compiled.list_shardings(1, 1, np.asarray([20], dtype=np.int64), 1e6, *(a[:2] for a in out))
     with pytest.raises(ValueError, match="holds 0 chunks along dimension 0, expected 1 or more"):
         kernels.compiled.list_shardings(1, 1, np.asarray([0], dtype=np.int64), 1e6, *out)
+
+
+@compiled
+def test_the_compiled_breaks_of_one_chunk_shape_in_a_row_are_the_numpy_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layouts of one chunk shape in a row (the kernel reuses the points' chunks of the one before), with a layout
+    past the codes' room between two shapes (no bound, and nothing worked out for it; given to the kernel itself,
+    which `merges.point_breaks` never does): the same counts as numpy."""
+    from xarray_zarrmax.advise import merges
+
+    rng = np.random.default_rng(5600)
+    shape = np.asarray([64, 16, 16])
+    points = np.stack([rng.integers(0, n, 25) for n in shape], axis=1)
+    a, b = [2, 2, 2], [4, 1, 2]
+    chunks = np.asarray([a, a, a, b, b, a, b, b], dtype=np.int64)
+    per = np.asarray([[8, 8, 8], [32, 8, 8], [2, 8, 8], [1 << 40, 1 << 30, 1], [16, 16, 8], [32, 2, 8], [8, 16, 8],
+                      [16, 8, 8]])
+    enc = np.full(len(chunks), 30.0)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "compiled", None)
+        want = merges.point_breaks(chunks, per, shape, points, enc, 200, 0.5, True, False)
+    assert kernels.compiled is not None
+    got = np.zeros((3, len(chunks)))
+    kernels.compiled.point_breaks(len(chunks), 3, len(points), chunks, per, shape, points, enc, 200, 0.5, True, False,
+                                  got[0], got[1], got[2])
+    for g, w, name in zip(got, want, ("shards", "ranged", "breaks"), strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+    assert want[0][3] == 0 and (want[0] > 1).sum() >= 4 and (want[2] > 0).sum() >= 4, want

@@ -897,6 +897,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    const int64_t *celled = NULL; /* the chunk shape `cell` holds the points' chunks of */
     for (Py_ssize_t r = 0; r < k; r++) {
         const int64_t *c = chunks_all + r * ndim, *per = per_all + r * ndim;
         int64_t key_room = 1, total_bits = 0, most_bits = 0;
@@ -922,21 +923,24 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         for (int64_t bit = 0; bit < most_bits; bit++)
             for (Py_ssize_t d = 0; d < ndim; d++)
                 if (bits[d] > bit) where_bit[at++] = bit * ndim + d;
+        int64_t *local = scratch; /* a point's place in its shard (scratch is free until the breaks below) */
+        /* the points' chunks as those last worked out where the chunk shape is theirs (callers list a shape's
+         * layouts together): no divisions */
+        const int same = celled && memcmp(c, celled, sizeof(int64_t) * (size_t)ndim) == 0;
+        celled = c;
         for (Py_ssize_t i = 0; i < count; i++) {
             int64_t key = 0, code = 0, position = 0;
             for (Py_ssize_t d = 0; d < ndim; d++) { /* (a shift where a shard holds 2^j chunks: most do) */
-                const int64_t at_cell = points[i * ndim + d] / c[d];
+                const int64_t at_cell = same ? cell[i * ndim + d] : points[i * ndim + d] / c[d];
                 const int64_t at_shard = shift[d] >= 0 ? at_cell >> shift[d] : at_cell / per[d];
                 cell[i * ndim + d] = at_cell;
                 shard[i * ndim + d] = at_shard;
+                local[d] = at_cell - at_shard * per[d];
                 key = key * across[d] + at_shard;
             }
-            for (int64_t bit = 0; bit < most_bits; bit++)
+            for (int64_t bit = 0; bit < most_bits; bit++) /* Morton: bit by bit, dimension 0 first at each */
                 for (Py_ssize_t d = 0; d < ndim; d++)
-                    if (bits[d] > bit) {
-                        const int64_t local = cell[i * ndim + d] - shard[i * ndim + d] * per[d];
-                        code |= ((local >> bit) & 1) << position++;
-                    }
+                    if (bits[d] > bit) code |= ((local[d] >> bit) & 1) << position++;
             placed[i].key = key;
             placed[i].code = code;
             placed[i].at = i;
@@ -945,7 +949,10 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             for (Py_ssize_t i = 1; i < count; i++) {
                 const Placed item = placed[i];
                 Py_ssize_t j = i;
-                for (; j > 0 && by_place(&placed[j - 1], &item) > 0; j--) placed[j] = placed[j - 1];
+                for (; j > 0 && (placed[j - 1].key > item.key ||
+                                 (placed[j - 1].key == item.key && placed[j - 1].code > item.code));
+                     j--)
+                    placed[j] = placed[j - 1];
                 placed[j] = item;
             }
         } else {

@@ -87,6 +87,7 @@ class PointBounds:
         rows = np.flatnonzero(np.asarray(sharded, dtype=bool) & (per_object > 1) & single)
         if rows.size == 0:
             return out
+        rows = rows[np.lexsort(chunks[rows].T)]  # a chunk shape's layouts together: its points' chunks found once
         at = np.repeat(start[None], points.shape[0], axis=0)
         at[:, dims] = points
         shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at,
