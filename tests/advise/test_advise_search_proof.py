@@ -105,14 +105,19 @@ def test_every_bound_is_below_the_prediction_term_by_term(seed: int) -> None:
     matches = multiples(chunks[shard_rows], shape) == ks[:, :, None]
     assert matches.any(axis=2).all()  # the grid's shardings: 1, 2, 8 or all chunks along each dimension
     which = np.argmax(matches, axis=2)
-    listed = dict(zip(shard_rows, bounds.sharded_floor(any_sharding[shard_rows], chunks[shard_rows],
-                                                         np.arange(len(shard_rows)), which), strict=True))
+    listed_rows = bounds.sharded_floor(any_sharding[shard_rows], chunks[shard_rows], np.arange(len(shard_rows)),
+                                       which)
+    listed = dict(zip(shard_rows, listed_rows, strict=True))
+    # and raised by the alignment of its pointwise reads' shards (`SearchBounds.aligned`, the second phase's filter)
+    aligned = dict(zip(shard_rows, bounds.aligned(listed_rows, chunks[shard_rows], outer[shard_rows],
+                                                  per_object[shard_rows]), strict=True))
     for i, layout in enumerate(layouts):
         terms = dict(predicted[layout].terms)
         for level, rows in levels.items():
             assert _below(rows[i], terms), (layout, level, dict(zip(TERMS, rows[i], strict=True)), terms)
         if i in listed:
             assert _below(listed[i], terms), (layout, "listed", dict(zip(TERMS, listed[i], strict=True)), terms)
+            assert _below(aligned[i], terms), (layout, "aligned", dict(zip(TERMS, aligned[i], strict=True)), terms)
         if layout.shards is not None:
             assert _below(any_sharding[i], terms), (layout, dict(zip(TERMS, any_sharding[i], strict=True)), terms)
         # the key orders the search: below both the score and the low end of its range
@@ -407,3 +412,33 @@ def test_a_layout_with_the_fastests_terms_ties_even_at_an_infinite_factor(bound_
     slower[0, TERMS.index("chunk_s")] *= 1.001
     assert could_tie(slower, best, costs).tolist() == [False]
     assert not could_beat({**best, "chunk_s": best["chunk_s"] * 1.001}, best, costs)
+
+
+@pytest.mark.usefixtures("bound_kernels")
+def test_the_aligned_requests_raise_listed_bounds_of_scattered_points_and_stay_below() -> None:
+    """Scattered points on a 4-D array read from an object store (the case the second phase's filter is for): the
+    requests of many sharded layouts' `LISTED` bounds are raised by their shards' alignment (`SearchBounds.aligned`),
+    and every raised row stays, term by term, at most the model's prediction."""
+    shape, dims = (40, 10, 30, 36), DIMS
+    rng = np.random.default_rng(42)
+    cells = np.unravel_index(rng.choice(math.prod(shape), size=20, replace=False), shape)
+    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, local=False)
+    reader = Reader(local=False)
+    patterns = parse_patterns(mix)
+    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
+    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
+    layouts = [layouts[i] for i in rng.permutation(len(layouts))[:300]]
+    chunks, outer, _, per_object = _rows(layouts)
+    whole = np.broadcast_to(np.asarray(shape), chunks.shape)
+    floor = bounds.terms(chunks, whole, np.ones(len(layouts), dtype=bool), np.ones(len(layouts)), QUICK)
+    which = np.argmax(multiples(chunks, shape) == (outer // chunks)[:, :, None], axis=2)
+    listed = bounds.sharded_floor(floor, chunks, np.arange(len(layouts)), which)
+    aligned = bounds.aligned(listed, chunks, outer, per_object)
+    raised = aligned[:, TERMS.index("request_s")] > listed[:, TERMS.index("request_s")] * 1.5
+    assert raised.sum() >= 100, raised.sum()
+    predicted = {c.layout: c for c in rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=layouts)}
+    for i, layout in enumerate(layouts):
+        terms = dict(predicted[layout].terms)
+        assert _below(aligned[i], terms), (layout, dict(zip(TERMS, aligned[i], strict=True)), terms)

@@ -920,9 +920,16 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             continue;
         }
         int64_t at = 0;
+        unsigned char code_dim[64], code_bit[64]; /* each code position's dimension and bit, for the codes below */
+        unsigned char short_last[64]; /* compressed, and the array's last chunk along d partly outside: smaller */
+        for (Py_ssize_t d = 0; d < ndim; d++) short_last[d] = compressed && shape[d] % c[d] != 0;
         for (int64_t bit = 0; bit < most_bits; bit++)
             for (Py_ssize_t d = 0; d < ndim; d++)
-                if (bits[d] > bit) where_bit[at++] = bit * ndim + d;
+                if (bits[d] > bit) {
+                    code_dim[at] = (unsigned char)d;
+                    code_bit[at] = (unsigned char)bit;
+                    where_bit[at++] = bit * ndim + d;
+                }
         int64_t *local = scratch; /* a point's place in its shard (scratch is free until the breaks below) */
         /* the points' chunks as those last worked out where the chunk shape is theirs (callers list a shape's
          * layouts together): no divisions */
@@ -938,9 +945,8 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                 local[d] = at_cell - at_shard * per[d];
                 key = key * across[d] + at_shard;
             }
-            for (int64_t bit = 0; bit < most_bits; bit++) /* Morton: bit by bit, dimension 0 first at each */
-                for (Py_ssize_t d = 0; d < ndim; d++)
-                    if (bits[d] > bit) code |= ((local[d] >> bit) & 1) << position++;
+            for (; position < at; position++) /* Morton: each position's (bit, dimension), in order */
+                code |= ((local[code_dim[position]] >> code_bit[position]) & 1) << position;
             placed[i].key = key;
             placed[i].code = code;
             placed[i].at = i;
@@ -984,7 +990,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                         const int64_t mask = ((int64_t)1 << free) - 1;
                         const int64_t lx = x[d] - s[d] * per[d], ly = y[d] - s[d] * per[d];
                         const int64_t stored = min64(per[d], grid[d] - s[d] * per[d]);
-                        const int partial = compressed && shape[d] % c[d] != 0 && s[d] * per[d] + stored == grid[d];
+                        const int partial = short_last[d] && s[d] * per[d] + stored == grid[d];
                         const int64_t full_end = stored - 1 - partial;
                         const int64_t a = min64(lx | mask, full_end) - lx + 1;
                         const int64_t b = min64(ly, full_end) - (ly & ~mask) + 1;

@@ -210,6 +210,34 @@ class SearchBounds:
                                       floats(r.touched), floats(r.merged), floats(r.joined), scalars, rows)
         return rows
 
+    def aligned(self, rows: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray) -> np.ndarray:
+        """``rows`` (bounds of sharded layouts: ``chunks``, ``outer``, ``per_object`` chunks a shard) with their
+        requests and connections raised to what each pattern takes at least from its pointwise reads' shards alone
+        (`point_bounds.PointBounds.aligned_requests`: a shard's index and runs from where its chunks lie, the read's
+        requests at least), and a request each other selection: what `QUICK` knows of a read of scattered points
+        and `LISTED` does not, for a few microseconds a layout of the `QUICK` bound's dozens. Each pattern's
+        requests so bounded are at most the prediction's; their weighted sum replaces a row's term only where it is
+        higher."""
+        out = np.array(rows, dtype=np.float64, copy=True)
+        k = chunks.shape[0]
+        if k == 0 or not any(pattern.points for pattern in self.patterns):
+            return out
+        sharded = np.ones(k, dtype=bool)
+        requests, connections = np.zeros(k), np.zeros(k)
+        for pattern in self.patterns:
+            windows = pattern.starts.shape[0]
+            if windows == 0:
+                continue
+            least = np.full(k, float(windows - len(pattern.points)))  # a request each selection not pointwise
+            for j, dims, points in pattern.points:
+                least += np.maximum(1.0, self.pointwise.aligned_requests(
+                    chunks, outer, sharded, per_object, pattern.starts[j], pattern.stops[j], dims, points))
+            requests += pattern.weight * least
+            connections += pattern.weight * np.minimum(least, self.reader.concurrency)
+        out[:, 1] = np.maximum(out[:, 1], requests * self.costs.request_s)
+        out[:, 2] = np.maximum(out[:, 2], connections * self.costs.connect_s)
+        return out
+
     def _chunk_sums(self, chunks: np.ndarray, outer: np.ndarray,
                     pattern: _Pattern) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per row, the chunks every selection touches and their stored fraction, summed over selections, and the

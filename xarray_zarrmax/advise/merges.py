@@ -189,18 +189,16 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     if k == 0 or points.shape[0] == 0:
         return shards, ranged, breaks
     gap = min(int(gap), _SATURATED)
+    if kernels.compiled is not None:  # (it leaves the layouts past int64's room at 0 itself, as below)
+        ints = kernels.ints
+        kernels.compiled.point_breaks(k, ndim, points.shape[0], ints(chunks), ints(per), ints(shape), ints(points),
+                                      kernels.floats(chunk_enc), gap, float(fraction), bool(compressed), bool(ranked),
+                                      shards, ranged, breaks)
+        return shards, ranged, breaks
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)
     across = np.prod((-(-grid // per)).astype(np.float64), axis=1)
     room = np.flatnonzero((_bit_length(per - 1).sum(axis=1) <= 62) & (across < 2.0**62))
-    if kernels.compiled is not None:
-        out = np.zeros((3, room.size))
-        ints = kernels.ints
-        kernels.compiled.point_breaks(room.size, ndim, points.shape[0], ints(chunks[room]), ints(per[room]),
-                                      ints(shape), ints(points), kernels.floats(chunk_enc[room]), gap,
-                                      float(fraction), bool(compressed), bool(ranked), out[0], out[1], out[2])
-        shards[room], ranged[room], breaks[room] = out
-        return shards, ranged, breaks
     step = max(1, (1 << 20) // (points.shape[0] * ndim))
     for a in range(0, room.size, step):
         at = room[a:a + step]

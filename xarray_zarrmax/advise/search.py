@@ -349,6 +349,15 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         parts = np.array_split(rows, max(1, len(rows) // _TIED))
         return np.concatenate([tied_with(bounds, part, fastest) for part in parts])
 
+    def aligned(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """Of ``LISTED`` rows that could tie (layouts ``owner``, ``ks``), those that still could with their requests
+        raised by their shards' alignment (`SearchBounds.aligned`): a read of scattered points took 182,000 such
+        layouts to `QUICK`, 1.2 s, to leave nearly all for their requests alone."""
+        if not len(rows):
+            return np.zeros(0, dtype=bool)
+        inner = grid[owner]
+        return tied(bounds.aligned(rows, inner, ks * inner, np.prod(ks.astype(np.float64), axis=1)))
+
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches: the
     # chunk shapes and chunks per shard of those that could at a level, each tested as its bound is worked out (the
@@ -366,6 +375,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             cut = int(np.searchsorted(block.key, reach, side="right"))
             if cut > index:
                 near = index + np.flatnonzero(tied(block.rows[index:cut]))  # (a view of the rows: not copied)
+                if block.level == LISTED:
+                    near = near[aligned(block.rows[near], block.owner[near], block.ks[near])]
                 waiting[block.level].append((block.owner[near], block.ks[near]))
     shapes_left = np.concatenate([shape_order[i:] for w, i in left if w == -2] + [np.zeros(0, dtype=np.int64)])
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
@@ -375,7 +386,8 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         rows = shapes_left[a:a + _LISTING]
         listing(len(rows))
         bound, owner, ks = listed_shardings(rows)
-        keep = tied(bound)
+        keep = np.flatnonzero(tied(bound))
+        keep = keep[aligned(bound[keep], owner[keep], ks[keep])]
         waiting[LISTED].append((owner[keep], ks[keep]))
     plain_left = np.concatenate([plain_order[i:] for w, i in left if w == -1] + [np.zeros(0, dtype=np.int64)])
     todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
