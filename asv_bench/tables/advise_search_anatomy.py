@@ -51,6 +51,7 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
     listed: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # phase -> shapes, shardings, seconds
     levels: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0, 0.0])  # (phase, level) -> rows, seconds
     ties = [0, 0, 0, 0.0]  # rows, within the slow end by key, could tie, seconds
+    aligned_rows = [0, 0.0]  # `LISTED` rows raised by their shards' alignment (second phase), seconds
     kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # LISTED rows, owners, ranged, shapes
     fastest: list[Any] = []
     recording = [0.0]  # seconds the recording itself took inside the search (in its total)
@@ -59,6 +60,15 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
         return 2 if phase_two else 1
 
     floor, terms, tied_with = SearchBounds.sharded_floor, SearchBounds.terms, search.tied_with
+    aligned = SearchBounds.aligned
+
+    def record_aligned(self: SearchBounds, rows: np.ndarray, chunks: np.ndarray, outer: np.ndarray,
+                       per_object: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        out = aligned(self, rows, chunks, outer, per_object)
+        aligned_rows[0] += len(rows)
+        aligned_rows[1] += time.perf_counter() - start
+        return out
 
     def record_floor(self: SearchBounds, base: np.ndarray, chunks: np.ndarray, owner: np.ndarray,
                      which: np.ndarray) -> np.ndarray:
@@ -108,6 +118,7 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
         return out
 
     SearchBounds.sharded_floor, SearchBounds.terms, search.tied_with = record_floor, record_terms, record_ties
+    SearchBounds.aligned = record_aligned
     state, reference = machine_state(), cpu_reference()
     try:
         start = time.perf_counter()
@@ -116,6 +127,7 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
         end = time.perf_counter()
     finally:
         SearchBounds.sharded_floor, SearchBounds.terms, search.tied_with = floor, terms, tied_with
+        SearchBounds.aligned = aligned
     pick = ranked[0]
     out: dict[str, Any] = {
         "command": " ".join(sys.argv), "case": f"{case['case']} / {kind}" + ("" if spread else " (no spread)"),
@@ -129,6 +141,7 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
         "listed": {p: v for p, v in sorted(listed.items())},
         "levels": {f"phase {p}, {_LEVEL_NAMES[level]}": v for (p, level), v in sorted(levels.items())},
         "ties": ties,
+        "aligned": aligned_rows,
     }
     if kept and fastest:
         b, best = fastest[0]
@@ -186,6 +199,9 @@ def markdown(r: dict[str, Any]) -> str:
     for name, (n, s) in r["levels"].items():
         p, level = name.split(", ")
         lines.append(f"| `{level}` | {p.split()[1]} | {int(n):,} | {s:.2f} |")
+    if r.get("aligned", [0])[0]:
+        lines.append(f"| `LISTED` rows that could tie, raised by their shards' alignment (`SearchBounds.aligned`) "
+                     f"| 2 | {int(r['aligned'][0]):,} | {r['aligned'][1]:.2f} |")
     rows, near, could, s = r["ties"]
     lines += [f"| tie tests ({near:,} within the slow end by key, {could:,} could tie) | 2 | {rows:,} | {s:.2f} |", ""]
     if "spared" in r:

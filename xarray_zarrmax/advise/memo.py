@@ -25,7 +25,7 @@ class KeyedValues:
     """``rows`` float values per distinct int64 key: in a hash table where the kernels are built (`kernels`;
     `_Hashed`: a lookup costs the same however many keys are held), else in two sorted tiers (`_Tiers`). A search
     of scattered points looks up 4 million rows of lengths: the tiers' sort and binary searches were 1.7 s of its
-    8.8 s (docs/dev/logs/advise_search_memo_ab.md)."""
+    8.8 s (docs/dev/logs/advise_search_listing_ab.md)."""
 
     def __init__(self, rows: int) -> None:
         compiled = kernels.compiled

@@ -349,20 +349,12 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         parts = np.array_split(rows, max(1, len(rows) // _TIED))
         return np.concatenate([tied_with(bounds, part, fastest) for part in parts])
 
-    def aligned(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray) -> np.ndarray:
-        """Of ``LISTED`` rows that could tie (layouts ``owner``, ``ks``), those that still could with their requests
-        raised by their shards' alignment (`SearchBounds.aligned`): a read of scattered points took 182,000 such
-        layouts to `QUICK`, 1.2 s, to leave nearly all for their requests alone."""
-        if not len(rows):
-            return np.zeros(0, dtype=bool)
-        inner = grid[owner]
-        return tied(bounds.aligned(rows, inner, ks * inner, np.prod(ks.astype(np.float64), axis=1)))
-
     left = [(what, index) for _, _, what, index in queue]
     # level by level, every layout left that could tie (in no order: the fastest is known), in large batches: the
     # chunk shapes and chunks per shard of those that could at a level, each tested as its bound is worked out (the
     # bounds themselves not kept: a search of millions of layouts spent seconds copying them)
     waiting: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {level: [] for level in LEVELS}
+    listed_near: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # `LISTED` rows that could tie, and layouts
     # a block's keys ascend, and a row's weighted sum is at least its key times the least factor: the rows past
     # `slowest` over that factor cannot tie (not tested)
     least = float(bounds.key_factors.min())
@@ -375,9 +367,10 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
             cut = int(np.searchsorted(block.key, reach, side="right"))
             if cut > index:
                 near = index + np.flatnonzero(tied(block.rows[index:cut]))  # (a view of the rows: not copied)
-                if block.level == LISTED:
-                    near = near[aligned(block.rows[near], block.owner[near], block.ks[near])]
-                waiting[block.level].append((block.owner[near], block.ks[near]))
+                if block.level == LISTED:  # raised by alignment below, all together
+                    listed_near.append((block.rows[near], block.owner[near], block.ks[near]))
+                else:
+                    waiting[block.level].append((block.owner[near], block.ks[near]))
     shapes_left = np.concatenate([shape_order[i:] for w, i in left if w == -2] + [np.zeros(0, dtype=np.int64)])
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
@@ -386,9 +379,19 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         rows = shapes_left[a:a + _LISTING]
         listing(len(rows))
         bound, owner, ks = listed_shardings(rows)
-        keep = np.flatnonzero(tied(bound))
-        keep = keep[aligned(bound[keep], owner[keep], ks[keep])]
-        waiting[LISTED].append((owner[keep], ks[keep]))
+        keep = tied(bound)
+        listed_near.append((bound[keep], owner[keep], ks[keep]))
+    # the `LISTED` rows that could tie, raised by their shards' alignment (`SearchBounds.aligned`), in batches: a read
+    # of scattered points took 182,000 such layouts to `QUICK`, 1.2 s, to leave nearly all for their requests alone
+    if listed_near:
+        near_rows, near_owner, near_ks = (np.concatenate([part[i] for part in listed_near]) for i in range(3))
+        for a in range(0, len(near_rows), _BATCH):
+            if spent := stop():
+                return stopped(spent)
+            inner, per = grid[near_owner[a:a + _BATCH]], near_ks[a:a + _BATCH]
+            keep = tied(bounds.aligned(near_rows[a:a + _BATCH], inner, per * inner,
+                                       np.prod(per.astype(np.float64), axis=1)))
+            waiting[LISTED].append((near_owner[a:a + _BATCH][keep], per[keep]))
     plain_left = np.concatenate([plain_order[i:] for w, i in left if w == -1] + [np.zeros(0, dtype=np.int64)])
     todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
     for position, level in enumerate(LEVELS):
