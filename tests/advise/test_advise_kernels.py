@@ -540,3 +540,18 @@ def test_the_compiled_breaks_of_one_chunk_shape_in_a_row_are_the_numpy_ones(
     for g, w, name in zip(got, want, ("shards", "ranged", "breaks"), strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
     assert want[0][3] == 0 and (want[0] > 1).sum() >= 4 and (want[2] > 0).sum() >= 4, want
+
+
+@compiled
+def test_the_breaks_at_the_edge_of_int64s_room_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid of 2^62 - 1 shards, whose float product rounds up to 2^62 (an adversarial review's case): both forms work
+    it out, as the kernel's exact product says it fits, where numpy's float test had left it unbounded."""
+    from xarray_zarrmax.advise import merges
+
+    args = (np.asarray([[1, 1]]), np.asarray([[2, 2]]), np.asarray([2 * (2**31 + 1), 2 * (2**31 - 1)]),
+            np.asarray([[0, 0], [1, 1], [0, 1], [5, 5]]), np.asarray([10.0]), 0, 1.0, True, False)
+    got = merges.point_breaks(*args)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "compiled", None)
+        want = merges.point_breaks(*args)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[2.0], [2.0], [1.0]]

@@ -77,3 +77,13 @@ def test_the_compiled_hash_refuses_a_held_key_and_a_bad_table_and_keeps_its_tabl
         kernels.compiled.hash_find(table, np.asarray([3, 4], dtype=np.int64), places)
     with pytest.raises(ValueError, match="the first place is -1"):
         kernels.compiled.hash_insert(table, np.asarray([20], dtype=np.int64), -1)
+
+
+def test_keys_further_apart_than_int64_holds_are_taken_in_order(bound_kernels: str) -> None:
+    """Ascending keys whose difference passes 2^63 (an adversarial review's case: the order was checked by a difference,
+    which wrapped) are taken, and found."""
+    kept = memo.KeyedValues(1)
+    keys = np.asarray([-(2**62) - 1, 2**62], dtype=np.int64)
+    kept.add(keys, np.asarray([[1.0, 2.0]]))
+    found, values = kept.find(keys)
+    assert found.all() and values.tolist() == [[1.0, 2.0]]

@@ -43,9 +43,10 @@ class KeyedValues:
         """Remember ``values`` (``(rows, keys)``) of ``keys``: distinct, ascending, and none known already (a
         key added twice would leave which values it finds to the form's order of search)."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
-        if (np.diff(keys) <= 0).any() or self.find(keys)[0].any():
+        disordered = keys[1:] <= keys[:-1]  # (compared, not subtracted: a difference may pass int64)
+        if disordered.any() or self.find(keys)[0].any():
             raise ValueError(f"KeyedValues.add expects new keys, distinct and ascending; got {keys.size} keys, "
-                             f"{int((np.diff(keys) <= 0).sum())} out of order or repeated, "
+                             f"{int(disordered.sum())} out of order or repeated, "
                              f"{int(self.find(keys)[0].sum())} known already")
         self._form.add(keys, np.asarray(values, dtype=np.float64))
 

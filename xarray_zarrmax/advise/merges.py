@@ -197,8 +197,8 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
         return shards, ranged, breaks
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)
-    across = np.prod((-(-grid // per)).astype(np.float64), axis=1)
-    room = np.flatnonzero((_bit_length(per - 1).sum(axis=1) <= 62) & (across < 2.0**62))
+    # (the shards across as an exact saturated product, as the kernel's: a float product rounds up to 2^62 from below)
+    room = np.flatnonzero((_bit_length(per - 1).sum(axis=1) <= 62) & (_product(-(-grid // per)) < _SATURATED))
     step = max(1, (1 << 20) // (points.shape[0] * ndim))
     for a in range(0, room.size, step):
         at = room[a:a + step]
