@@ -382,7 +382,7 @@ def test_the_compiled_cell_counts_refuse_points_outside_and_empty_lengths() -> N
 def test_the_compiled_listed_bounds_are_the_numpy_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The `LISTED` bound of every sharding of every chunk shape of a random case (the proof's: several patterns of
     every kind, points, batches with repeated windows, both readers, costs with and without spread): the same rows
-    as `bounds._listed_numpy`, within rounding (numpy's log and exp may differ from the C library's in the last
+    as `listed.listed_numpy`, within rounding (numpy's log and exp may differ from the C library's in the last
     bit), some raised above the floor (the check is not of the floor alone)."""
     from xarray_zarrmax.advise.bounds import QUICK, SearchBounds
     from xarray_zarrmax.advise.candidates import chunk_grid, shardings

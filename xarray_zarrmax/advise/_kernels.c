@@ -20,7 +20,7 @@
  * count_cells (point_bounds._cells_numpy): per row of cell lengths, the distinct cells holding a pointwise read's
  * points, their fractions inside the array, and the fewest points one holds.
  *
- * listed_floor (bounds.SearchBounds._listed_numpy): per sharded layout listed, its chunk shape's bound of every
+ * listed_floor (listed.listed_numpy): per sharded layout listed, its chunk shape's bound of every
  * sharding raised by what its own shards add at least, from tables per chunk shape and option of chunks per shard.
  *
  * list_shardings (candidates._shardings_numpy): the sharded layouts of many chunk shapes, each shape's in the order of
@@ -1033,7 +1033,7 @@ done:
     return result;
 }
 
-/* listed_floor: bounds.SearchBounds._listed_numpy, the same arithmetic in the same order, a layout at a time. Per layout
+/* listed_floor: listed.listed_numpy, the same arithmetic in the same order, a layout at a time. Per layout
  * i (chunk shape owner[i], option which[i][d] of each dimension's chunks per shard, of the 4 in `table`), per pattern
  * p: logs and corner from per-(shape, dimension, option) tables, per pointwise read r of p its shards (`held`, per
  * layout) and the objects of its other dimensions; then the requests, indexes, waits and waves of each pattern, summed
@@ -1482,7 +1482,7 @@ static PyMethodDef methods[] = {
     {"listed_floor", listed_floor, METH_VARARGS,
      "listed_floor(n, m, ndim, patterns, reads, owner, which, table, floor, weights, windows, first_pointed, logmean, "
      "corner, read_pattern, read_first, held, objects, touched, merged, joined, scalars, rows): "
-     "bounds.SearchBounds._listed_numpy, written into rows."},
+     "listed.listed_numpy, written into rows."},
     {"list_shardings", list_shardings, METH_VARARGS,
      "list_shardings(m, ndim, fulls, most, owner, ks, which): candidates._shardings_numpy, written from the start of "
      "the last three; returns how many."},

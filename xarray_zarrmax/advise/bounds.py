@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.candidates import multiples
+from xarray_zarrmax.advise.listed import ListedTables, PointTables, listed_rows
 from xarray_zarrmax.advise.model import Costs, PointRead, Reader
 from xarray_zarrmax.advise.point_bounds import PointBounds
 from xarray_zarrmax.advise.ranged import ranged_points, ranged_runs
@@ -149,7 +149,7 @@ class SearchBounds:
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         m, ndim = chunks.shape
         dim = np.arange(ndim)[None]
-        tables = _ListedTables(table, floor, np.asarray([p.weight for p in self.patterns], dtype=np.float64),
+        tables = ListedTables(table, floor, np.asarray([p.weight for p in self.patterns], dtype=np.float64),
                                np.asarray([p.starts.shape[0] for p in self.patterns], dtype=np.int64),
                                np.asarray([bool(p.pointed[0].any()) if p.starts.shape[0] else False
                                            for p in self.patterns], dtype=np.int64),
@@ -190,7 +190,7 @@ class SearchBounds:
                 read_first.append(j == 0)  # every shard read by ranges: the read waits for an index first
         n = owner.size
         per_shape = [np.asarray(v, dtype=np.float64).reshape(-1, m) for v in (touched, merged, joined)]
-        tables.reads = _PointTables(np.asarray(held).reshape(-1, n), np.asarray(objects).reshape(-1, m, ndim, 4),
+        tables.reads = PointTables(np.asarray(held).reshape(-1, n), np.asarray(objects).reshape(-1, m, ndim, 4),
                                     per_shape[0], per_shape[1], per_shape[2], np.asarray(read_pattern, dtype=np.int64),
                                     np.asarray(read_first, dtype=np.int64))
         costs = self.costs
@@ -198,17 +198,7 @@ class SearchBounds:
                               costs.request_s, costs.connect_s, costs.index_s, costs.index_entry_s,
                               min(costs.request_bps * max(1, self.reader.concurrency), costs.aggregate_bps)],
                              dtype=np.float64)
-        if kernels.compiled is None:
-            return _listed_numpy(tables, owner, which, scalars)
-        rows = np.empty((n, len(TERMS)))
-        ints, floats = kernels.ints, kernels.floats
-        r = tables.reads
-        kernels.compiled.listed_floor(n, m, ndim, len(self.patterns), r.pattern.size, ints(owner), ints(which),
-                                      ints(table), floats(floor), floats(tables.weights), ints(tables.windows),
-                                      ints(tables.first_pointed), floats(tables.logmean), floats(tables.corner),
-                                      ints(r.pattern), ints(r.first), floats(r.held), floats(r.objects),
-                                      floats(r.touched), floats(r.merged), floats(r.joined), scalars, rows)
-        return rows
+        return listed_rows(tables, owner, which, scalars)
 
     def aligned(self, rows: np.ndarray, chunks: np.ndarray, outer: np.ndarray, per_object: np.ndarray) -> np.ndarray:
         """``rows`` (bounds of sharded layouts: ``chunks``, ``outer``, ``per_object`` chunks a shard) with their
@@ -497,98 +487,6 @@ class SearchBounds:
                 apart |= high[:, None, :] < low[:, :, None]
             fresh[a:b] |= apart.all(axis=2)
         return fresh
-
-
-@dataclass(slots=True)
-class _PointTables:
-    """`_ListedTables` of each pointwise read (its rows, in the patterns' order): the shards holding its points per
-    layout, its objects along its other dimensions per (chunk shape, dimension, option; 1 along its own), its
-    chunks, `merges` components (merged, joined) per chunk shape, its pattern, and whether it is its first."""
-
-    held: np.ndarray
-    objects: np.ndarray
-    touched: np.ndarray
-    merged: np.ndarray
-    joined: np.ndarray
-    pattern: np.ndarray
-    first: np.ndarray
-
-
-@dataclass(slots=True)
-class _ListedTables:
-    """What `SearchBounds.sharded_floor` works out per chunk shape and option of chunks per shard (``(m, ndim, 4)``,
-    as `candidates.multiples`) before it raises each listed layout's bound: the options, the bound of every sharding
-    of each chunk shape, per pattern its weight, selections and whether its first points, the mean log of its
-    selections' objects and its first selection's chunks in its first object (``(patterns, m, ndim, 4)``)."""
-
-    table: np.ndarray
-    floor: np.ndarray
-    weights: np.ndarray
-    windows: np.ndarray
-    first_pointed: np.ndarray
-    logmean: np.ndarray
-    corner: np.ndarray
-    reads: _PointTables | None = None
-
-
-def _listed_numpy(tables: _ListedTables, owner: np.ndarray, which: np.ndarray, scalars: np.ndarray) -> np.ndarray:
-    """`SearchBounds.sharded_floor`'s rows from its tables, in numpy (the reference `_kernels.c`'s listed_floor is
-    held to, and the bound where it was not built): per layout (chunk shape ``owner``, option ``which`` along each
-    dimension) and pattern, the selections' objects' geometric mean (AM-GM: their sum at least their count times
-    it), a request each and the ranges of its pointwise reads beyond one an object, an index each, a round trip each
-    ``concurrency`` of them; the first selection waits for an index when it reads its first shard by ranges."""
-    concurrency, fraction, latency_s, request_s, connect_s, index_s, index_entry_s, most = scalars.tolist()
-    n, ndim = which.shape
-    reads = tables.reads
-    assert reads is not None
-    at = (owner[:, None], np.arange(ndim)[None], which)  # each layout's (chunk shape, dimension, option)
-    per_object = np.prod(tables.table[at].astype(np.float64), axis=1)
-    rows = tables.floor[owner].copy()
-    lat, req, conn, idx = np.zeros((4, n))
-    for p, weight in enumerate(tables.weights.tolist()):
-        windows = int(tables.windows[p])
-        if windows == 0:
-            continue
-        logs, corner = np.zeros(n), np.ones(n)
-        for d in range(ndim):
-            logs += tables.logmean[p, owner, d, which[:, d]]
-            corner *= tables.corner[p, owner, d, which[:, d]]
-        extra, point_wait = np.zeros(n), np.zeros(n)
-        for r in np.flatnonzero(reads.pattern == p).tolist():
-            held = reads.held[r]
-            logs += np.log(held) / windows
-            others = np.ones(n)
-            for d in range(ndim):
-                others *= reads.objects[r, owner, d, which[:, d]]
-            objects, touched = held * others, reads.touched[r, owner]
-            merged, joined = reads.merged[r, owner], reads.joined[r, owner]
-            ranged = fraction * per_object > touched  # `point_bounds.PointBounds.requests`
-            requests = np.where(per_object <= 1, np.minimum(1 + merged, joined),
-                                np.where(ranged, objects + np.maximum(objects, merged), joined))
-            extra += np.maximum(0.0, requests - objects)
-            if reads.first[r]:
-                point_wait = ranged.astype(np.float64)
-        mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
-        requests_p = np.maximum(windows, windows * mean) + extra
-        indexes_p = np.maximum(1.0, mean)
-        waves = np.maximum(0.0, np.ceil(requests_p / max(1.0, concurrency) - 1e-9) - windows)
-        waits = np.zeros(n)
-        if not tables.first_pointed[p]:  # the first selection finds no index cached: by ranges, it waits
-            waits = (corner < fraction * per_object).astype(np.float64)
-        else:  # a pointwise one: its wait is a round trip of the waves' (each at least one a selection)
-            waves = np.maximum(waves, point_wait)
-        lat += (waits + waves) * weight
-        req += requests_p * weight
-        conn += np.minimum(requests_p, concurrency) * weight
-        idx += indexes_p * weight
-    rows[:, 0] += lat * latency_s
-    rows[:, 1] = np.maximum(rows[:, 1], req * request_s)
-    rows[:, 2] = np.maximum(rows[:, 2], conn * connect_s)
-    rows[:, 3] = np.maximum(rows[:, 3], idx * index_s)
-    rows[:, 4] = np.maximum(rows[:, 4], idx * per_object * index_entry_s)
-    # each index's entries beyond the one the floor counted, at the most bandwidth any read gets
-    rows[:, 8] += idx * 16 * (per_object - 1) / most
-    return rows
 
 
 #: The terms `SearchBounds.terms` bounds, in its columns: `model.predict_terms`' keys, the transfer as one
