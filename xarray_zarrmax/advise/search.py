@@ -142,8 +142,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
        layout to cost (the limit cannot fall before it).
     2. ``polish``, given those ``starts``, returns the fastest after a search near them, off the grid. Of what
        is left (in the queue, and after each block's queued layout), a layout is costed only if its bounds
-       could tie with the fastest (`could_tie`) within the slow end of its range; in no order: the fastest is
-       known.
+       could tie with the fastest (`could_tie`) within the slow end of its range, level by level; in no order:
+       the fastest is known. A `LISTED` row that could tie is first raised by its shards' alignment
+       (`SearchBounds.aligned`), a cheaper test than `QUICK` that leaves most of a read of scattered points.
 
     ``feasible(chunks, outer)``, if given, says which layouts (rows) may be costed at all: the others are never
     bounded nor costed (a constraint on the layout alone, e.g. its object size).
