@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xarray_zarrmax.advise import kernels
+from xarray_zarrmax.advise.point_bounds import point_requests
 
 
 def listed_rows(tables: ListedTables, owner: np.ndarray, which: np.ndarray, scalars: np.ndarray) -> np.ndarray:
@@ -97,12 +98,9 @@ def listed_numpy(tables: ListedTables, owner: np.ndarray, which: np.ndarray, sca
                 others *= reads.objects[r, owner, d, which[:, d]]
             objects, touched = held * others, reads.touched[r, owner]
             merged, joined = reads.merged[r, owner], reads.joined[r, owner]
-            ranged = fraction * per_object > touched  # `point_bounds.PointBounds.requests`
-            requests = np.where(per_object <= 1, np.minimum(1 + merged, joined),
-                                np.where(ranged, objects + np.maximum(objects, merged), joined))
-            extra += np.maximum(0.0, requests - objects)
-            if reads.first[r]:
-                point_wait = ranged.astype(np.float64)
+            extra += np.maximum(0.0, point_requests(fraction, objects, touched, per_object, merged, joined) - objects)
+            if reads.first[r]:  # every shard read by ranges: the read waits for an index first
+                point_wait = (fraction * per_object > touched).astype(np.float64)
         mean = np.exp(logs) * (1 - 1e-12)  # the objects' geometric mean (a hair low: rounding)
         requests_p = np.maximum(windows, windows * mean) + extra
         indexes_p = np.maximum(1.0, mean)

@@ -65,9 +65,7 @@ class PointBounds:
         touched in all: ``objects`` index requests and a run at least each, runs at least ``merged``); with some
         read whole, at least ``joined`` (one fetch of a whole shard joins its chunks); for every sharding at once
         (``per_object`` 1), the lesser."""
-        ranged = self.reader.full_shard_fraction * per_object > touched
-        return np.where(per_object <= 1, np.minimum(1 + merged, joined),
-                        np.where(ranged, objects + np.maximum(objects, merged), joined))
+        return point_requests(self.reader.full_shard_fraction, objects, touched, per_object, merged, joined)
 
     def aligned_requests(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
                          start: np.ndarray, stop: np.ndarray, dims: list[int], points: np.ndarray,
@@ -169,6 +167,15 @@ class PointBounds:
         kernels.compiled.count_cells(lengths.shape[0], lengths.shape[1], points.shape[0], ints(lengths), ints(points),
                                      ints(n), out[0], out[1], out[2])
         return out
+
+
+def point_requests(fraction: float, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray,
+                   merged: np.ndarray, joined: np.ndarray) -> np.ndarray:
+    """`PointBounds.requests` under a reader's ``full_shard_fraction`` (``fraction``): also what `listed.listed_numpy`
+    charges each layout listed."""
+    ranged = fraction * per_object > touched
+    return np.where(per_object <= 1, np.minimum(1 + merged, joined),
+                    np.where(ranged, objects + np.maximum(objects, merged), joined))
 
 
 def _cells_numpy(lengths: np.ndarray, n: np.ndarray, points: np.ndarray) -> np.ndarray:
