@@ -9,7 +9,7 @@ probe), with no budget, its internals wrapped to record as it goes:
 
 - the two phases of `search.branch_and_bound` (proving the fastest; then every layout that could tie with it);
 - per phase, the sharded layouts listed with their `LISTED` bound (`SearchBounds.sharded_floor`), and the layouts
-  taken to each higher level (`SearchBounds.terms`), with their seconds;
+  taken to each higher level (`SearchBounds.aligned`, then `SearchBounds.terms`), with their seconds;
 - the tie tests (`search.tied_with`): rows tested, rows within the slow end by their key, rows that could tie.
 
 Then, from every `LISTED` row kept, what a bound of a chunk shape's shardings could spare at most: the chunk shapes
@@ -39,7 +39,7 @@ from asv_bench.tables.advise_search_time import point_cases, probed_costs, reade
 
 def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str, Any]:
     from xarray_zarrmax.advise import advisor, search
-    from xarray_zarrmax.advise.bounds import RANGES, SearchBounds
+    from xarray_zarrmax.advise.bounds import ALIGNED, RANGES, SearchBounds
     from xarray_zarrmax.advise.candidates import multiples
 
     case = next(c for c in point_cases([points]) if case_text in c["case"])
@@ -51,7 +51,6 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
     listed: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # phase -> shapes, shardings, seconds
     levels: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0, 0.0])  # (phase, level) -> rows, seconds
     ties = [0, 0, 0, 0.0]  # rows, within the slow end by key, could tie, seconds
-    aligned_rows = [0, 0.0]  # `LISTED` rows raised by their shards' alignment (second phase), seconds
     kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # LISTED rows, owners, ranged, shapes
     fastest: list[Any] = []
     recording = [0.0]  # seconds the recording itself took inside the search (in its total)
@@ -66,8 +65,9 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
                        per_object: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
         out = aligned(self, rows, chunks, outer, per_object)
-        aligned_rows[0] += len(rows)
-        aligned_rows[1] += time.perf_counter() - start
+        got = levels[(phase(), ALIGNED)]  # `LISTED` rows raised by their shards' alignment
+        got[0] += len(rows)
+        got[1] += time.perf_counter() - start
         return out
 
     def record_floor(self: SearchBounds, base: np.ndarray, chunks: np.ndarray, owner: np.ndarray,
@@ -139,9 +139,9 @@ def run(points: int, case_text: str, kind: str, spread: bool = True) -> dict[str
         "pick_requests": sum(p.counts.requests for p in pick.predictions.values()),
         "tied": sum(c.tied for c in ranked),
         "listed": {p: v for p, v in sorted(listed.items())},
-        "levels": {f"phase {p}, {_LEVEL_NAMES[level]}": v for (p, level), v in sorted(levels.items())},
+        "levels": {f"phase {p}, {_LEVEL_NAMES[level]}": v
+                   for (p, level), v in sorted(levels.items(), key=lambda e: (e[0][0], search.LEVELS.index(e[0][1])))},
         "ties": ties,
-        "aligned": aligned_rows,
     }
     if kept and fastest:
         b, best = fastest[0]
@@ -181,7 +181,7 @@ def _spared(kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], b
     return dict(counts)
 
 
-_LEVEL_NAMES = {1: "QUICK", 2: "PAIRWISE", 3: "SAMPLED", 4: "RANGES"}
+_LEVEL_NAMES = {1: "QUICK", 2: "PAIRWISE", 3: "SAMPLED", 4: "RANGES", 5: "ALIGNED"}  # (`bounds`' numbers)
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -199,9 +199,6 @@ def markdown(r: dict[str, Any]) -> str:
     for name, (n, s) in r["levels"].items():
         p, level = name.split(", ")
         lines.append(f"| `{level}` | {p.split()[1]} | {int(n):,} | {s:.2f} |")
-    if r.get("aligned", [0])[0]:
-        lines.append(f"| `LISTED` rows that could tie, raised by their shards' alignment (`SearchBounds.aligned`) "
-                     f"| 2 | {int(r['aligned'][0]):,} | {r['aligned'][1]:.2f} |")
     rows, near, could, s = r["ties"]
     lines += [f"| tie tests ({near:,} within the slow end by key, {could:,} could tie) | 2 | {rows:,} | {s:.2f} |", ""]
     if "spared" in r:

@@ -142,7 +142,7 @@ def test_pruning_never_drops_the_grids_optimum(seed: int) -> None:
 
 def test_the_bound_never_exceeds_the_prediction() -> None:
     """`SearchBounds` is a lower bound of every layout's score, on a grid of a small 3-D array."""
-    from xarray_zarrmax.advise.bounds import RANGES, SearchBounds
+    from xarray_zarrmax.advise.bounds import ALIGNED, LISTED, RANGES, SearchBounds
     from xarray_zarrmax.advise.candidates import candidate_layouts
     from xarray_zarrmax.advise.search import LEVELS, layout_terms
     shape, dims = (24, 13, 30), ("time", "lat", "lon")
@@ -157,11 +157,24 @@ def test_the_bound_never_exceeds_the_prediction() -> None:
     rows = (np.asarray([lay.chunks for lay in layouts]), np.asarray([lay.outer for lay in layouts]),
             np.asarray([lay.shards is not None for lay in layouts]),
             np.asarray([lay.chunks_per_object() for lay in layouts], dtype=float))
-    for level in LEVELS[1:]:  # each level of a layout's own bound (LISTED: test_advise_search_proof.py)
+    # each level of a layout's own bound (LISTED and ALIGNED, raises of a listed row: test_advise_search_proof.py)
+    for level in [level for level in LEVELS if level not in (LISTED, ALIGNED)]:
         low = layout_terms(bounds, layouts) @ bounds.key_factors if level == RANGES else bounds.seconds(*rows, level)
         for layout, b in zip(layouts, low, strict=True):
             assert b <= scored[layout] * (1 + 1e-9), (layout, b, scored[layout])
 
+
+
+def test_the_bound_of_a_level_that_is_a_raise_is_refused() -> None:
+    """`ALIGNED` is the search's level between `LISTED` and `QUICK`, a raise of listed rows (`SearchBounds.aligned`),
+    not a level `SearchBounds.terms` works out: asked of it, it says so rather than answer with another level's."""
+    from xarray_zarrmax.advise.bounds import ALIGNED, SearchBounds
+    shape, dims = (24, 13, 30), ("time", "lat", "lon")
+    bounds = SearchBounds({"map": pattern_selections("map", 1.0, dims, shape)}, {"map": 1.0}, shape, 4, Costs(),
+                          Reader())
+    chunks = np.asarray([[4, 13, 30]])
+    with pytest.raises(ValueError, match="expects a level of its own .* got ALIGNED instead"):
+        bounds.terms(chunks, chunks, np.zeros(1, dtype=bool), np.ones(1), ALIGNED)
 
 # -- cause 7: lists of boxes, points, batches with seeds and positions ---------------------------------------
 

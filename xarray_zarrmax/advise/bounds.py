@@ -26,8 +26,9 @@ from xarray_zarrmax.tuning import JOB_BYTES
 #: shards are apart from every earlier one's (`_fresh`). PAIRWISE: every selection, each shard's index cached from
 #: its first touch on (`revisits`). SAMPLED: and the ranges a quarter of the selections read from a shard, merged
 #: or not (`ranged`), with every pointwise read's index requests and whole shards. RANGES: the ranges of every
-#: selection
-LISTED, QUICK, PAIRWISE, SAMPLED, RANGES = 0, 1, 2, 3, 4
+#: selection. ALIGNED, not a level of `SearchBounds.terms` but the search's between LISTED and QUICK: a LISTED row
+#: with its requests raised by its pointwise reads' shards' alignment (`SearchBounds.aligned`)
+LISTED, QUICK, PAIRWISE, SAMPLED, RANGES, ALIGNED = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +114,11 @@ class SearchBounds:
         """``(k, len(TERMS))``: a lower bound of each term of `predict_terms`, weighted over the mix, for each
         row of ``chunks`` and ``outer`` (``(k, ndim)``). The transfer is put under the rate that bounds it where
         the bounds of the requests tell which, else under "transfer". Each ``level`` is higher and slower than
-        the one before (`QUICK`, `PAIRWISE`, `SAMPLED`, `RANGES`; `LISTED` is `sharded_floor`): the search takes
-        a layout up level by level while it could still win."""
+        the one before (`QUICK`, `PAIRWISE`, `SAMPLED`, `RANGES`; `LISTED` is `sharded_floor`, `ALIGNED` `aligned`):
+        the search takes a layout up level by level while it could still win."""
+        if level == ALIGNED:
+            raise ValueError("SearchBounds.terms expects a level of its own (QUICK, PAIRWISE, SAMPLED or RANGES); got "
+                             "ALIGNED instead, a raise of LISTED rows (SearchBounds.aligned)")
         chunks = np.asarray(chunks, dtype=np.int64).reshape(-1, self.shape.size)
         outer = np.asarray(outer, dtype=np.int64).reshape(chunks.shape)
         total = np.zeros((chunks.shape[0], len(TERMS)))
@@ -148,14 +152,12 @@ class SearchBounds:
             return np.zeros((0, len(TERMS)))
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         m, ndim = chunks.shape
-        dim = np.arange(ndim)[None]
         tables = ListedTables(table, floor, np.asarray([p.weight for p in self.patterns], dtype=np.float64),
                                np.asarray([p.starts.shape[0] for p in self.patterns], dtype=np.int64),
                                np.asarray([bool(p.pointed[0].any()) if p.starts.shape[0] else False
                                            for p in self.patterns], dtype=np.int64),
                                np.zeros((len(self.patterns), m, ndim, 4)), np.ones((len(self.patterns), m, ndim, 4)))
         held, objects, touched, merged, joined, read_pattern, read_first = [], [], [], [], [], [], []
-        picked = None
         for p, pattern in enumerate(self.patterns):
             windows = pattern.starts.shape[0]
             if windows == 0:
@@ -170,9 +172,7 @@ class SearchBounds:
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
                 tables.corner[p, :, d] = ends - first[:, :, 0] + 1
             for j, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
-                if picked is None:
-                    picked = table[owner[:, None], dim, which]  # (layouts, ndim) chunks per shard
-                held.append(self.pointwise.cells_of((picked * chunks[owner])[:, dims], dims, points)[0])
+                held.append(self.pointwise.shards_holding(table, chunks, owner, which, dims, points))
                 # and the requests its ranges take at least (`point_bounds.PointBounds.requests`): beyond one an object
                 others = [d for d in range(ndim) if d not in dims]
                 first = pattern.starts[j, others] // chunks[:, others]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from xarray_zarrmax.advise import kernels
-from xarray_zarrmax.advise.bounds import LISTED, PAIRWISE, QUICK, RANGES, SAMPLED, TERMS, SearchBounds
+from xarray_zarrmax.advise.bounds import ALIGNED, LISTED, PAIRWISE, QUICK, RANGES, SAMPLED, TERMS, SearchBounds
 from xarray_zarrmax.advise.candidates import _sharded
 from xarray_zarrmax.advise.candidates import shardings as shardings_of
 from xarray_zarrmax.advise.model import DECODE_TERMS, Costs, Layout
@@ -143,8 +143,11 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
     2. ``polish``, given those ``starts``, returns the fastest after a search near them, off the grid. Of what
        is left (in the queue, and after each block's queued layout), a layout is costed only if its bounds
        could tie with the fastest (`could_tie`) within the slow end of its range, level by level; in no order:
-       the fastest is known. A `LISTED` row that could tie is first raised by its shards' alignment
-       (`SearchBounds.aligned`), a cheaper test than `QUICK` that leaves most of a read of scattered points.
+       the fastest is known.
+
+    In both, a `LISTED` row goes up to `ALIGNED` first (its requests raised by its shards' alignment,
+    `SearchBounds.aligned`), half the cost of `QUICK` and enough to leave most of a read of scattered points. A block's
+    rows past the first phase's limit when listed are never sorted (`_Rest`): the limit only falls.
 
     ``feasible(chunks, outer)``, if given, says which layouts (rows) may be costed at all: the others are never
     bounded nor costed (a constraint on the layout alone, e.g. its object size).
@@ -191,10 +194,20 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     def add_block(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray, level: int) -> int:
         key = rows.sum(axis=1)
-        order = np.argsort(key, kind="stable")
+        # Only the rows within the limit are sorted: the limit only falls, so the first phase never takes the others
+        # (4,212 of 3.1 million rows listed for 30 random points on MinIO, where sorting them all was a tenth of the
+        # search). Those are kept as they came, for the second phase's tie tests
+        head = key <= limit()
+        rest = None
+        if not head.all():
+            rest = _Rest(key, rows, owner, ks, ~head)
+            (within,) = np.nonzero(head)
+            order = within[np.argsort(key[within], kind="stable")]
+        else:
+            order = np.argsort(key, kind="stable")
         # (np.take: 3.5x fancy indexing on a block of rows of 11 terms, 9x on chunks per shard)
         blocks.append(_Block(key[order], np.take(rows, order, axis=0), owner[order], np.take(ks, order, axis=0),
-                             level))
+                             level, rest))
         return len(blocks) - 1
 
     def queue_from(block: int, index: int) -> None:
@@ -205,6 +218,11 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         inner = grid[owner]
         return bounds.terms(inner, ks * inner, np.ones(len(ks), dtype=bool),
                             np.prod(ks.astype(np.float64), axis=1), level)
+
+    def raised(rows: np.ndarray, owner: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """`LISTED` ``rows`` raised to `ALIGNED` (`SearchBounds.aligned`)."""
+        inner = grid[owner]
+        return bounds.aligned(rows, inner, ks * inner, np.prod(ks.astype(np.float64), axis=1))
 
     def listed_shardings(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The shardings of the chunk shapes ``rows`` that meet ``feasible`` (the unsharded ones are queued):
@@ -224,7 +242,7 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
                         tuple(blocks[block].ks[index].tolist()))
 
     def bounding(what: int) -> bool:  # an entry that is bounded a level up, not costed
-        return what == -2 or (what >= 0 and blocks[what].level < RANGES)
+        return what == -2 or (what >= 0 and blocks[what].level != RANGES)
 
     def gathered(what: int) -> bool:  # an entry taken up with others at once: shapes listed, cheap levels
         return what == -2 or (what >= 0 and blocks[what].level in _GATHERED)
@@ -241,7 +259,7 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         the limit, and take each block's layouts from the index taken up to the next level (`LEVELS`): up to
         `_STEP` of them within the limit (those past it may never be needed). The rest queued from the first
         left; one block per level."""
-        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}  # level: owners, chunks per shard, rows
         for what, index in taken:
             if what == -2:
                 below = max(index + 1, int(np.searchsorted(shard_key, limit(), side="right")))
@@ -252,11 +270,13 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
                 continue
             block, step = blocks[what], end(what, index)
             queue_from(what, step)
-            parts.setdefault(block.level, []).append((block.owner[index:step], block.ks[index:step]))
+            parts.setdefault(block.level, []).append((block.owner[index:step], block.ks[index:step],
+                                                      block.rows[index:step]))
         for level, got in parts.items():
-            owner, ks = np.concatenate([o for o, _ in got]), np.concatenate([k for _, k in got])
+            owner, ks = np.concatenate([o for o, _, _ in got]), np.concatenate([k for _, k, _ in got])
             up = LEVELS[LEVELS.index(level) + 1]
-            queue_from(add_block(listed(owner, ks, up), owner, ks, up), 0)
+            rows = raised(np.concatenate([r for _, _, r in got]), owner, ks) if up == ALIGNED else listed(owner, ks, up)
+            queue_from(add_block(rows, owner, ks, up), 0)
 
     best: list[tuple[float, int, Any]] = []  # the starts fastest costed, as a heap of (-score, ticket, c)
     done = costed = 0
@@ -372,6 +392,18 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
                     listed_near.append((block.rows[near], block.owner[near], block.ks[near]))
                 else:
                     waiting[block.level].append((block.owner[near], block.ks[near]))
+    for block in blocks:  # and each block's rows past the limit when it was listed
+        if block.rest is None:
+            continue
+        if spent := stop():
+            return stopped(spent)
+        rest = block.rest
+        near = np.flatnonzero(rest.past & (rest.key <= reach))
+        near = near[tied(np.take(rest.rows, near, axis=0))]
+        if block.level == LISTED:
+            listed_near.append((np.take(rest.rows, near, axis=0), rest.owner[near], np.take(rest.ks, near, axis=0)))
+        else:
+            waiting[block.level].append((rest.owner[near], np.take(rest.ks, near, axis=0)))
     shapes_left = np.concatenate([shape_order[i:] for w, i in left if w == -2] + [np.zeros(0, dtype=np.int64)])
     shapes_left = shapes_left[tied(any_shard[shapes_left])]
     for a in range(0, len(shapes_left), _LISTING):
@@ -389,10 +421,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
         for a in range(0, len(near_rows), _BATCH):
             if spent := stop():
                 return stopped(spent)
-            inner, per = grid[near_owner[a:a + _BATCH]], near_ks[a:a + _BATCH]
-            keep = tied(bounds.aligned(near_rows[a:a + _BATCH], inner, per * inner,
-                                       np.prod(per.astype(np.float64), axis=1)))
-            waiting[LISTED].append((near_owner[a:a + _BATCH][keep], per[keep]))
+            owner, per = near_owner[a:a + _BATCH], near_ks[a:a + _BATCH]
+            keep = tied(raised(near_rows[a:a + _BATCH], owner, per))
+            waiting[ALIGNED].append((owner[keep], per[keep]))
     plain_left = np.concatenate([plain_order[i:] for w, i in left if w == -1] + [np.zeros(0, dtype=np.int64)])
     todo = [Layout(tuple(int(c) for c in grid[i])) for i in plain_left[tied(plain[plain_left])].tolist()]
     for position, level in enumerate(LEVELS):
@@ -421,7 +452,7 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
 
 #: The levels of bound (`bounds.LISTED` ...) a sharded layout is taken through, each while it could still win
-LEVELS = (LISTED, QUICK, PAIRWISE, SAMPLED, RANGES)
+LEVELS = (LISTED, ALIGNED, QUICK, PAIRWISE, SAMPLED, RANGES)
 
 #: Rows tested for ties at once, at least (blocks of 8,192 to 16,383)
 _TIED = 8192
@@ -443,19 +474,33 @@ _LISTING, _BATCH = 512, 4096
 #: Measured on the seven 4-D searches that took over 2 s: 1.28-1.52x (docs/dev/advise.md, Search time). Gathering
 #: `PAIRWISE` too took 3x as many layouts to `SAMPLED` on forecast-desk under `Costs()`, and 1.5x as long
 _GATHER = 64
-_GATHERED = (LISTED, QUICK)
+_GATHERED = (LISTED, ALIGNED, QUICK)
 
 #: Layouts of a block the first phase takes up from each level at once: more where the next level is cheap
-_STEP = {LISTED: 1024, QUICK: 256, PAIRWISE: 128, SAMPLED: 64}
+_STEP = {LISTED: 1024, ALIGNED: 512, QUICK: 256, PAIRWISE: 128, SAMPLED: 64}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rest:
+    """A block's layouts as listed, unsorted (`_Block`'s arrays), and which were past the first phase's limit then
+    (``past``): left to the second phase."""
+
+    key: np.ndarray
+    rows: np.ndarray
+    owner: np.ndarray
+    ks: np.ndarray
+    past: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    """Sharded layouts listed together, by ascending key: their keys, term bounds, chunk shapes (indices into
-    the grid) and chunks per shard, and the level of the bounds (`LEVELS`)."""
+    """Sharded layouts listed together, those within the first phase's limit by ascending key: their keys, term
+    bounds, chunk shapes (indices into the grid) and chunks per shard, and the level of the bounds (`LEVELS`); the
+    others in ``rest`` (None if none)."""
 
     key: np.ndarray
     rows: np.ndarray
     owner: np.ndarray
     ks: np.ndarray
     level: int
+    rest: _Rest | None = None
