@@ -201,8 +201,8 @@ class AdviceReport:
             lines.append(f"search: stopped {_stopped(self.search)}"
                          + ("with the fastest proven; layouts that could tie with it were left uncosted"
                             if self.search.fastest_proven else
-                            f"none left uncosted is predicted faster than {self.search.floor:.3g} s (the best: "
-                            f"{self.best.score:.3g} s)"))
+                            f"none of the grid left uncosted is predicted faster than {self.search.floor:.3g} s "
+                            f"(the best: {self.best.score:.3g} s)"))
         if self.search is not None and self.search.kernels == "numpy":
             lines.append("search: ran its bounds' numpy kernels (xarray_zarrmax was installed without a C compiler, "
                          "so without its compiled ones: the same advice, found up to 1.6x more slowly)")

@@ -26,9 +26,10 @@ from xarray_zarrmax.advise.probe import Progress
 class SearchOutcome:
     """How far the search went: the layouts it costed, and whether it covered the grid (every layout it left
     uncosted is proven slower than the fastest and not tied with it); if it stopped at a budget (``stopped_by``:
-    "layouts" costed, or "seconds" spent), ``floor`` is the least lower bound of what it left (no layout it did
-    not cost is predicted faster), and ``fastest_proven`` whether it had already proven the fastest (then only
-    ties are left unchecked); ``kernels``, which forms of the costliest bounds it ran (`kernels.in_use`)."""
+    "layouts" costed, or "seconds" spent), ``floor`` is the least lower bound of what it left (no layout of the
+    grid it did not cost is predicted faster; a stopped search has not searched off the grid near its fastest),
+    and ``fastest_proven`` whether it had already proven the fastest (then only ties are left unchecked);
+    ``kernels``, which forms of the costliest bounds it ran (`kernels.in_use`)."""
 
     costed: int
     complete: bool
@@ -466,14 +467,18 @@ _SEEDS = 4
 #: probe, 0.95-1.00x on the five slowest under the validation run's (the seeds' own costing)
 _SHARDED_SEED_SHAPES, _SHARDED_SEED_BOUNDED = 64, 32
 
-#: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase
-_LISTING, _BATCH = 512, 4096
+#: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase. With `_GATHER` at 256
+#: (from 512, 4,096 and 64): 1.16x on 30 random points on MinIO (round robin, 5 fresh processes each), 1.18x on
+#: forecast-desk on MinIO, 1.26x under `Costs()`, 1.12x on random-batch, 0.98-1.03x on the rest tried
+#: (docs/dev/logs/advise_search.md)
+_LISTING, _BATCH = 2048, 16384
 
 #: Entries of the queue the first phase takes up a level at once, at most (chunk shapes listed, blocks of the
 #: levels `_GATHERED`: bounds of a few microseconds a layout, where a numpy call per entry was most of the time).
 #: Measured on the seven 4-D searches that took over 2 s: 1.28-1.52x (docs/dev/advise.md, Search time). Gathering
-#: `PAIRWISE` too took 3x as many layouts to `SAMPLED` on forecast-desk under `Costs()`, and 1.5x as long
-_GATHER = 64
+#: `PAIRWISE` too took 3x as many layouts to `SAMPLED` on forecast-desk under `Costs()`, and 1.5x as long. 256, not
+#: 64: fewer calls of the listing's numpy work per chunk shape (with `_LISTING` and `_BATCH`, above)
+_GATHER = 256
 _GATHERED = (LISTED, ALIGNED, QUICK)
 
 #: Layouts of a block the first phase takes up from each level at once: more where the next level is cheap
