@@ -486,6 +486,11 @@ def test_the_compiled_shard_codes_refuse_what_does_not_fit() -> None:
         call(dims=np.full(1, 2, dtype=np.int64))
     with pytest.raises(ValueError, match="shard_codes: codes holds 16 bytes, expected 8"):
         call(codes=i(2))
+    # dimensions past any array's, whose arithmetic in the checks would wrap (a review's: SIGFPE, not an error)
+    with pytest.raises(ValueError, match="shard_codes: 0 layouts of 1 chunk shapes, 1 of 4611686018427387904 "
+                                         "dimensions, expected 0 or more, and 1-64 of at least as many"):
+        kernels.compiled.shard_codes(0, 1, 2**62, 1, i(0), i(0), i(4), i(1), np.zeros(1, np.int64),
+                                     np.full(1, 100, dtype=np.int64), i(0))
 
 
 @compiled

@@ -94,12 +94,41 @@ def test_a_search_stopped_at_its_time_budget_first_reports_a_floor_nothing_left_
     assert min(c.score for c in part) >= min(c.score for c in whole)
 
 
-def test_a_search_stopped_at_its_time_budget_while_checking_ties_has_proven_the_fastest(monkeypatch):
+@pytest.mark.parametrize("before_the_end", [2, 4, 8])
+def test_a_search_stopped_at_its_time_budget_while_checking_ties_has_proven_the_fastest(monkeypatch, before_the_end):
+    """Stopped in its second phase, the fastest is proven, and the floor still bounds every layout of the grid left
+    uncosted (also those the first phase listed past its limit and never queued: the next test's case)."""
     whole, complete, clock = _timed(None, monkeypatch, _SPREAD)
-    part, stopped, _ = _timed(clock.now - 2, monkeypatch, _SPREAD)  # at its last check: in the second phase
+    part, stopped, _ = _timed(clock.now - before_the_end, monkeypatch, _SPREAD)  # in the second phase
     assert stopped is not None and not stopped.complete and stopped.stopped_by == "seconds"
     assert stopped.fastest_proven
     assert min(c.score for c in part) == min(c.score for c in whole)
+    left = _left_of_the_grid(whole, part)
+    assert left and min(left) >= stopped.floor > 0
+
+
+def test_a_floor_of_the_second_phase_bounds_what_the_first_listed_past_its_limit(monkeypatch):
+    """A review's case: stopped at 22 layouts while costing what could tie, under a wide spread. The first phase
+    keeps the rows it listed past its limit out of its queue (`search._Rest`); a floor of the queue alone was
+    0.0077453, above 14 of the grid's layouts left uncosted (4x8 in 8x24: 0.0075776)."""
+    from dataclasses import replace
+
+    from xarray_zarrmax.advise import rank
+
+    from .test_advise_search_proof import _case
+
+    shape, dims, mix, costs, reader = _case(107)
+    costs = replace(costs, spread=(("latency_s", costs.latency_s * 0.3, costs.latency_s * 3),
+                                   ("request_bps", 2e7, 3e8), ("decode_bps", costs.decode_bps * 0.3,
+                                                               costs.decode_bps * 3)))
+    monkeypatch.setattr(advisor, "SEARCH_SECONDS", None)
+    monkeypatch.setattr(advisor, "SEARCH_LAYOUTS", 22)
+    part, stopped = search(shape, dims, 4, mix, costs=costs, reader=reader)
+    assert stopped is not None and not stopped.complete and stopped.fastest_proven
+    costed = {c.layout for c in part}
+    left = [lay for lay in candidate_layouts(shape, 4) if lay not in costed]
+    scores = [c.score for c in rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=left)]
+    assert scores and min(scores) >= stopped.floor > 0
 
 
 def test_the_report_says_the_search_stopped_at_its_time_budget(monkeypatch):

@@ -1271,10 +1271,10 @@ static PyObject *shard_codes(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t over = 0;
-    if (n < 0 || m < 0 || ndim < 1 || chosen < 1 || chosen > ndim || n > PY_SSIZE_T_MAX / ndim ||
+    if (n < 0 || m < 0 || ndim < 1 || ndim > 64 || chosen < 1 || chosen > ndim || n > PY_SSIZE_T_MAX / ndim ||
         m > PY_SSIZE_T_MAX / (4 * ndim)) {
         PyErr_Format(PyExc_ValueError, "shard_codes: %zd layouts of %zd chunk shapes, %zd of %zd dimensions, expected "
-                     "0 or more, and 1 or more of at least as many", n, m, chosen, ndim);
+                     "0 or more, and 1-64 of at least as many", n, m, chosen, ndim);
         goto done;
     }
     if (!sized(&B.owner, n, "shard_codes: owner") || !sized(&B.which, n * ndim, "shard_codes: which") ||

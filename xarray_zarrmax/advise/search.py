@@ -358,7 +358,9 @@ def branch_and_bound(shape: Sequence[int], grid: np.ndarray, bounds: SearchBound
 
     # 2. what could tie with the fastest, of all that is left
     def stopped(spent: str) -> SearchOutcome:  # with the fastest proven: what is left could only tie with it
-        return SearchOutcome(costed, False, min((e[0] for e in queue), default=math.inf), True, spent)
+        # the floor of what the first phase left: its queue, and the blocks' rows past its limit (never queued)
+        rests = [float(b.rest.key[b.rest.past].min()) for b in blocks if b.rest is not None and b.rest.past.any()]
+        return SearchOutcome(costed, False, min([e[0] for e in queue] + rests, default=math.inf), True, spent)
 
     ranked = [c for _, _, c in sorted(best, key=lambda e: (-e[0], e[1]))]
     fastest = polish(ranked) if polish is not None else ranked[0]
