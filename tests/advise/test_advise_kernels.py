@@ -434,66 +434,6 @@ def test_the_compiled_listed_bounds_refuse_tables_that_do_not_fit() -> None:
 
 
 @compiled
-@pytest.mark.parametrize("seed", range(6))
-def test_the_compiled_shard_codes_are_the_codes_of_the_shard_lengths(seed: int) -> None:
-    """`shard_codes`: per layout listed (a chunk shape, an option along each dimension), the mixed-radix code of its
-    shard lengths along the chosen dimensions, as `point_bounds.PointBounds._remembered` codes the lengths gathered in
-    numpy; -1 where a length is its radix or more, counted in what it returns."""
-    assert kernels.compiled is not None
-    rng = np.random.default_rng(seed)
-    ndim, m, n = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(0, 300))
-    chunks = rng.integers(1, 40, (m, ndim))
-    table = rng.integers(1, 12, (m, ndim, 4))
-    owner, which = rng.integers(0, m, n), rng.integers(0, 4, (n, ndim))
-    dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim + 1)), replace=False).tolist())
-    lengths = (table[owner[:, None], np.arange(ndim)[None], which] * chunks[owner])[:, dims]
-    # about half the lengths along the first dimension chosen past their radix
-    radix = np.concatenate([[max(2, int(np.median(lengths[:, 0])) if n else 2)], rng.integers(30, 500, len(dims) - 1)])
-    over = (lengths >= radix[None]).any(axis=1)
-    want = np.zeros(n, dtype=np.int64)
-    for d in range(len(dims)):
-        want = want * radix[d] + lengths[:, d]
-    want[over] = -1
-    got = np.full(n, 7, dtype=np.int64)
-    count = kernels.compiled.shard_codes(n, m, ndim, len(dims), owner, which, table, chunks,
-                                         np.asarray(dims, dtype=np.int64), radix, got)
-    assert count == int(over.sum())
-    assert got.tolist() == want.tolist()
-    assert n < 50 or 0 < count < n  # both kinds seen
-
-
-@compiled
-def test_the_compiled_shard_codes_refuse_what_does_not_fit() -> None:
-    """A layout of a chunk shape or option past the tables, a dimension not the array's, or an array of the wrong
-    size: a ValueError naming it, nothing read out of bounds."""
-    assert kernels.compiled is not None
-    i = lambda *shape: np.ones(shape, dtype=np.int64)  # noqa: E731
-
-    def call(owner: np.ndarray | None = None, which: np.ndarray | None = None, dims: np.ndarray | None = None,
-             codes: np.ndarray | None = None) -> int:
-        assert kernels.compiled is not None
-        return kernels.compiled.shard_codes(1, 2, 2, 1, i(1) if owner is None else owner,
-                                            i(1, 2) if which is None else which, i(2, 2, 4), i(2, 2),
-                                            i(1) if dims is None else dims, np.full(1, 100, dtype=np.int64),
-                                            i(1) if codes is None else codes)
-
-    assert call() == 0
-    with pytest.raises(ValueError, match="layout 0 of chunk shape 2, expected 0-1"):
-        call(owner=np.full(1, 2, dtype=np.int64))
-    with pytest.raises(ValueError, match="layout 0's option 4 along dimension 1, expected 0-3"):
-        call(which=np.asarray([[1, 4]], dtype=np.int64))
-    with pytest.raises(ValueError, match="dimension 2 of radix 100, expected one of 0-1"):
-        call(dims=np.full(1, 2, dtype=np.int64))
-    with pytest.raises(ValueError, match="shard_codes: codes holds 16 bytes, expected 8"):
-        call(codes=i(2))
-    # dimensions past any array's, whose arithmetic in the checks would wrap (a review's: SIGFPE, not an error)
-    with pytest.raises(ValueError, match="shard_codes: 0 layouts of 1 chunk shapes, 1 of 4611686018427387904 "
-                                         "dimensions, expected 0 or more, and 1-64 of at least as many"):
-        kernels.compiled.shard_codes(0, 1, 2**62, 1, i(0), i(0), i(4), i(1), np.zeros(1, np.int64),
-                                     np.full(1, 100, dtype=np.int64), i(0))
-
-
-@compiled
 @pytest.mark.parametrize("seed", range(4))
 def test_the_compiled_tie_test_is_the_numpy_one(seed: int) -> None:
     """Rows of term bounds about the fastest's (equal terms, terms of zero, an infinite factor): the same least

@@ -24,9 +24,6 @@ def test_keyed_values_answer_as_a_dict_does(monkeypatch: pytest.MonkeyPatch, bou
         assert found.tolist() == [int(k) in truth for k in asked]
         for key, hit, column in zip(asked.tolist(), found, values.T, strict=True):
             assert tuple(column) == (truth[key] if hit else (0.0, 0.0, 0.0))
-        for row in range(3):  # one row of the values alone
-            found_row, values_row = kept.find(asked, row)
-            assert found_row.tolist() == found.tolist() and values_row.tolist() == values[row].tolist()
         new = np.unique(asked[~found])
         added = rng.normal(size=(3, new.size))
         kept.add(new, added)

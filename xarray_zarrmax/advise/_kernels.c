@@ -26,9 +26,6 @@
  * list_shardings (candidates._shardings_numpy): the sharded layouts of many chunk shapes, each shape's in the order of
  * its options' combinations.
  *
- * shard_codes (point_bounds.PointBounds.shards_holding): per sharded layout listed, the code of its shards' lengths
- * along a pointwise read's dimensions, its key in the memo of shards holding the read's points.
- *
  * tie_least (search._tie_least_numpy): per row of term bounds, the least difference from the fastest's terms over the
  * spread's corners (search.could_tie).
  *
@@ -1254,80 +1251,6 @@ done:
     return result;
 }
 
-/* shard_codes (point_bounds.PointBounds.shards_holding): per sharded layout listed (chunk shape `owner`, option
- * `which` along each dimension of `table`'s), the mixed-radix code of its shards' lengths along `dims`, the key its
- * count of shards holding a pointwise read's points is remembered by; -1 where a length is `radix` or more (the
- * caller's numpy form counts those). Returns how many were so. The caller has checked the codes fit int64. */
-typedef struct {
-    Py_buffer owner, which, table, chunks, dims, radix, codes;
-} CodeBuffers;
-
-static PyObject *shard_codes(PyObject *self, PyObject *args) {
-    (void)self;
-    CodeBuffers B;
-    Py_ssize_t n, m, ndim, chosen;
-    if (!PyArg_ParseTuple(args, "nnnny*y*y*y*y*y*w*", &n, &m, &ndim, &chosen, &B.owner, &B.which, &B.table, &B.chunks,
-                          &B.dims, &B.radix, &B.codes))
-        return NULL;
-    PyObject *result = NULL;
-    Py_ssize_t over = 0;
-    if (n < 0 || m < 0 || ndim < 1 || ndim > 64 || chosen < 1 || chosen > ndim || n > PY_SSIZE_T_MAX / ndim ||
-        m > PY_SSIZE_T_MAX / (4 * ndim)) {
-        PyErr_Format(PyExc_ValueError, "shard_codes: %zd layouts of %zd chunk shapes, %zd of %zd dimensions, expected "
-                     "0 or more, and 1-64 of at least as many", n, m, chosen, ndim);
-        goto done;
-    }
-    if (!sized(&B.owner, n, "shard_codes: owner") || !sized(&B.which, n * ndim, "shard_codes: which") ||
-        !sized(&B.table, m * ndim * 4, "shard_codes: table") || !sized(&B.chunks, m * ndim, "shard_codes: chunks") ||
-        !sized(&B.dims, chosen, "shard_codes: dims") || !sized(&B.radix, chosen, "shard_codes: radix") ||
-        !sized(&B.codes, n, "shard_codes: codes"))
-        goto done;
-    const int64_t *owner = B.owner.buf, *which = B.which.buf, *table = B.table.buf, *chunks = B.chunks.buf,
-                  *dims = B.dims.buf, *radix = B.radix.buf;
-    int64_t *codes = B.codes.buf;
-    for (Py_ssize_t j = 0; j < chosen; j++)
-        if (dims[j] < 0 || dims[j] >= ndim || radix[j] < 1) {
-            PyErr_Format(PyExc_ValueError, "shard_codes: dimension %lld of radix %lld, expected one of 0-%zd, radix 1 "
-                         "or more", (long long)dims[j], (long long)radix[j], ndim - 1);
-            goto done;
-        }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const int64_t o = owner[i];
-        if (o < 0 || o >= m) {
-            PyErr_Format(PyExc_ValueError, "shard_codes: layout %zd of chunk shape %lld, expected 0-%zd", i,
-                         (long long)o, m - 1);
-            goto done;
-        }
-        int64_t code = 0;
-        for (Py_ssize_t j = 0; j < chosen; j++) {
-            const int64_t d = dims[j], w = which[i * ndim + d];
-            if (w < 0 || w > 3) {
-                PyErr_Format(PyExc_ValueError, "shard_codes: layout %zd's option %lld along dimension %lld, expected "
-                             "0-3", i, (long long)w, (long long)d);
-                goto done;
-            }
-            const int64_t k = table[(o * ndim + d) * 4 + w], c = chunks[o * ndim + d];
-            if (k < 1 || c < 1 || k > (radix[j] - 1) / c) { /* k * c >= radix, tested without forming it */
-                code = -1;
-                break;
-            }
-            code = code * radix[j] + k * c;
-        }
-        codes[i] = code;
-        over += code < 0;
-    }
-    result = PyLong_FromSsize_t(over);
-done:
-    PyBuffer_Release(&B.owner);
-    PyBuffer_Release(&B.which);
-    PyBuffer_Release(&B.table);
-    PyBuffer_Release(&B.chunks);
-    PyBuffer_Release(&B.dims);
-    PyBuffer_Release(&B.radix);
-    PyBuffer_Release(&B.codes);
-    return result;
-}
-
 /* tie_least: search._tie_least_numpy, the same arithmetic a row at a time, in the same order (to the bit). Rows not
  * `near` are left +inf. */
 typedef struct {
@@ -1563,10 +1486,6 @@ static PyMethodDef methods[] = {
     {"list_shardings", list_shardings, METH_VARARGS,
      "list_shardings(m, ndim, fulls, most, owner, ks, which): candidates._shardings_numpy, written from the start of "
      "the last three; returns how many."},
-    {"shard_codes", shard_codes, METH_VARARGS,
-     "shard_codes(n, m, ndim, chosen, owner, which, table, chunks, dims, radix, codes): the mixed-radix code of each "
-     "listed layout's shard lengths along dims (-1 where one is radix or more), written into codes; returns how "
-     "many were -1."},
     {"tie_least", tie_least, METH_VARARGS,
      "tie_least(n, corners, r, a, either, one, pool, rows, near, own, low, high, corners, least): "
      "search._tie_least_numpy, written into least (+inf where not near)."},

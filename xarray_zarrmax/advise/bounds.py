@@ -152,12 +152,14 @@ class SearchBounds:
             return np.zeros((0, len(TERMS)))
         table = multiples(chunks, self.shape.tolist())  # (m, ndim, 4) chunks per shard
         m, ndim = chunks.shape
+        dim = np.arange(ndim)[None]
         tables = ListedTables(table, floor, np.asarray([p.weight for p in self.patterns], dtype=np.float64),
                                np.asarray([p.starts.shape[0] for p in self.patterns], dtype=np.int64),
                                np.asarray([bool(p.pointed[0].any()) if p.starts.shape[0] else False
                                            for p in self.patterns], dtype=np.int64),
                                np.zeros((len(self.patterns), m, ndim, 4)), np.ones((len(self.patterns), m, ndim, 4)))
         held, objects, touched, merged, joined, read_pattern, read_first = [], [], [], [], [], [], []
+        picked = None
         for p, pattern in enumerate(self.patterns):
             windows = pattern.starts.shape[0]
             if windows == 0:
@@ -172,7 +174,9 @@ class SearchBounds:
                 ends = np.minimum(last[:, :, 0], (first[:, :, 0] // per[:, :, 0] + 1) * per[:, :, 0] - 1)
                 tables.corner[p, :, d] = ends - first[:, :, 0] + 1
             for j, dims, points in pattern.points:  # a pointwise read: times the objects holding its points
-                held.append(self.pointwise.shards_holding(table, chunks, owner, which, dims, points))
+                if picked is None:
+                    picked = table[owner[:, None], dim, which]  # (layouts, ndim) chunks per shard
+                held.append(self.pointwise.cells_of((picked * chunks[owner])[:, dims], dims, points)[0])
                 # and the requests its ranges take at least (`point_bounds.PointBounds.requests`): beyond one an object
                 others = [d for d in range(ndim) if d not in dims]
                 first = pattern.starts[j, others] // chunks[:, others]

@@ -34,11 +34,10 @@ class KeyedValues:
     def __len__(self) -> int:
         return len(self._form)
 
-    def find(self, keys: np.ndarray, row: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Of ``keys`` (int64, any order, repeats allowed), whether each is known, and the values of each
-        (``(rows, keys)``; 0 where not known); ``row``: only that row of them (``(keys,)``)."""
-        found, values = self._form.find(np.ascontiguousarray(keys, dtype=np.int64), row)
-        return found, values
+        (``(rows, keys)``; 0 where not known)."""
+        return self._form.find(np.ascontiguousarray(keys, dtype=np.int64))
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Remember ``values`` (``(rows, keys)``) of ``keys``: distinct, ascending, and none known already (a
@@ -66,17 +65,16 @@ class _Hashed:
     def __len__(self) -> int:
         return self._count
 
-    def find(self, keys: np.ndarray, row: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         places = np.empty(keys.size, dtype=np.int64)
         self._compiled.hash_find(self._table, keys, places)
         found = places >= 0
-        values = self._values if row is None else self._values[row]
         if not self._count:
-            return found, np.zeros(values.shape[:-1] + (keys.size,))
+            return found, np.zeros((self._values.shape[0], keys.size))
         # (np.take: 4x a fancy index along the second axis, measured on 7,700 keys of 228,000)
-        out = np.take(values, np.maximum(places, 0), axis=-1)
+        out = np.take(self._values, np.maximum(places, 0), axis=1)
         if not found.all():
-            out[..., ~found] = 0.0
+            out[:, ~found] = 0.0
         return found, out
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -116,20 +114,18 @@ class _Tiers:
     def __len__(self) -> int:
         return sum(keys.size for keys, _ in self._tiers)
 
-    def find(self, keys: np.ndarray, row: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         found = np.zeros(keys.size, dtype=bool)
-        rows = self._tiers[0][1].shape[0]
-        out = np.zeros((rows, keys.size) if row is None else keys.size)
+        out = np.zeros((self._tiers[0][1].shape[0], keys.size))
         for known, values in self._tiers:
             if not known.size:
                 continue
-            values = values if row is None else values[row]
             at = np.minimum(np.searchsorted(known, keys), known.size - 1)
             hit = known[at] == keys
             if hit.all():  # (most lookups, once a search has asked of a block's lengths before)
-                return hit, np.take(values, at, axis=-1)
+                return hit, np.take(values, at, axis=1)
             found |= hit
-            out[..., hit] = np.take(values, at[hit], axis=-1)
+            out[:, hit] = np.take(values, at[hit], axis=1)
         return found, out
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:

@@ -58,26 +58,6 @@ class PointBounds:
         return self._remembered(self._cells, points, lengths, self.shape[dims], 3,
                                 lambda rows: self._count_cells(rows, dims, points))
 
-    def shards_holding(self, table: np.ndarray, chunks: np.ndarray, owner: np.ndarray, which: np.ndarray,
-                       dims: list[int], points: np.ndarray) -> np.ndarray:
-        """Per sharded layout listed (chunk shape ``owner`` of ``chunks``, option ``which`` of `candidates.multiples`'
-        ``table`` along each dimension), the distinct shards holding ``points``: `cells_of` of its shard lengths along
-        ``dims``, remembered alike. Where compiled (`kernels`), each layout's key is worked out from its options in
-        one pass (``shard_codes``), not from its lengths gathered first: a search of scattered points lists 3 million
-        layouts, and the gathers and the keys' arithmetic in numpy were a tenth of it."""
-        radix = 8 * self.shape[dims] + 1
-        work = lambda rows: self._count_cells(rows, dims, points)  # noqa: E731
-        compiled, n = kernels.compiled, owner.size
-        if compiled is not None and n and float(np.prod(radix.astype(np.float64))) < 2.0**62:
-            ints = kernels.ints
-            code = np.empty(n, dtype=np.int64)
-            m, ndim = chunks.shape
-            if not compiled.shard_codes(n, m, ndim, len(dims), ints(owner), ints(which), ints(table), ints(chunks),
-                                        ints(np.asarray(dims)), ints(radix), code):
-                return self._looked_up(self._cells, points, code, radix, 3, work, 0)
-        picked = table[owner[:, None], np.arange(chunks.shape[1])[None], which]  # (layouts, ndim) chunks per shard
-        return self._remembered(self._cells, points, (picked * chunks[owner])[:, dims], self.shape[dims], 3, work)[0]
-
     def requests(self, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray, merged: np.ndarray,
                  joined: np.ndarray) -> np.ndarray:
         """The requests at least of a pointwise read of sharded layouts, from the components of its chunks
@@ -162,16 +142,8 @@ class PointBounds:
         code = np.zeros(lengths.shape[0], dtype=np.int64)
         for d in range(radix.size):
             code = code * radix[d] + lengths[:, d]
-        return PointBounds._looked_up(memos, points, code, radix, width, work)
-
-    @staticmethod
-    def _looked_up(memos: dict[int, tuple[KeyedValues, np.ndarray]], points: np.ndarray, code: np.ndarray,
-                   radix: np.ndarray, width: int, work: Callable[[np.ndarray], np.ndarray],
-                   row: int | None = None) -> np.ndarray:
-        """`_remembered` of the rows of lengths ``code`` (their mixed-radix codes, by ``radix``): every row looked
-        up, the distinct worked out only of the new ones. ``row``: only that row of the values, ``(rows,)``."""
-        memo = memos.setdefault(id(points), (KeyedValues(width), points))[0]  # (the points held: their id stays theirs)
-        found, values = memo.find(code, row)
+        memo = memos.setdefault(id(points), (KeyedValues(width), points))[0]  # (the points held: their id stays
+        found, values = memo.find(code)  # theirs). Every row looked up, the distinct worked out only of the new ones
         if not found.all():
             missing = np.unique(code[~found])
             rows = np.empty((missing.size, radix.size), dtype=np.int64)
@@ -179,7 +151,7 @@ class PointBounds:
             for d in range(radix.size - 1, -1, -1):
                 rows[:, d], rest = rest % radix[d], rest // radix[d]
             memo.add(missing, work(rows))
-            values[..., ~found] = memo.find(code[~found], row)[1]
+            values[:, ~found] = memo.find(code[~found])[1]
         return values
 
     def _count_cells(self, lengths: np.ndarray, dims: list[int], points: np.ndarray) -> np.ndarray:
