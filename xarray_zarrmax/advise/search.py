@@ -471,7 +471,7 @@ _SHARDED_SEED_SHAPES, _SHARDED_SEED_BOUNDED = 64, 32
 
 #: Chunk shapes listed at once, and layouts taken up a level at once, in the second phase. With `_GATHER` at 256
 #: (from 512, 4,096 and 64): 1.16x on 30 random points on MinIO (round robin, 5 fresh processes each), 1.18x on
-#: forecast-desk on MinIO, 1.26x under `Costs()`, 1.12x on random-batch, 0.98-1.03x on the rest tried
+#: forecast-desk on MinIO, 1.26x under `Costs()`, 1.12x on random-batch, 1.00-1.03x on the rest tried
 #: (docs/dev/logs/advise_search.md)
 _LISTING, _BATCH = 2048, 16384
 
