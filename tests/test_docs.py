@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import itertools
 import os
 import re
 import shlex
@@ -349,6 +350,10 @@ class World:
 
 _WORLDS: dict[str, World] = {}
 
+#: Each world's bucket is its own: a page run again afresh in one process (its blocks stolen out of order by
+#: another worker, `--dist worksteal`) would otherwise find its first world's stores, written with mode "w-", there
+_BUCKETS = itertools.count()
+
 
 @pytest.fixture(scope="session")
 def _close_worlds() -> Any:
@@ -368,7 +373,8 @@ def _world(block: Block, request: pytest.FixtureRequest, tmp_path_factory: pytes
         text = _page_text(block.page)
         if _needs_minio(block.page):
             world.minio = request.getfixturevalue("minio")
-            world.bucket = world.minio.make_bucket(f"docs-{slug.removeprefix('docs-')}"[:63])
+            name = f"docs-{slug.removeprefix('docs-')}"[:56].rstrip("-")
+            world.bucket = world.minio.make_bucket(f"{name}-{next(_BUCKETS)}")
         world.namespace.update(xr=xr, np=np, pd=pd, xarray_zarrmax=xarray_zarrmax, ds=example_dataset(96),
                                ds2=example_dataset(120).isel(time=slice(96, 120)),
                                ds3=example_dataset(120).isel(time=slice(100, 110)).drop_vars(["lat", "lon"]),
