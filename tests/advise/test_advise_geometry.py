@@ -164,7 +164,6 @@ def test_the_bound_never_exceeds_the_prediction() -> None:
             assert b <= scored[layout] * (1 + 1e-9), (layout, b, scored[layout])
 
 
-
 def test_the_bound_of_a_level_that_is_a_raise_is_refused() -> None:
     """`ALIGNED` is the search's level between `LISTED` and `QUICK`, a raise of listed rows (`SearchBounds.aligned`),
     not a level `SearchBounds.terms` works out: asked of it, it says so rather than answer with another level's."""
@@ -175,6 +174,7 @@ def test_the_bound_of_a_level_that_is_a_raise_is_refused() -> None:
     chunks = np.asarray([[4, 13, 30]])
     with pytest.raises(ValueError, match="expects a level of its own .* got ALIGNED instead"):
         bounds.terms(chunks, chunks, np.zeros(1, dtype=bool), np.ones(1), ALIGNED)
+
 
 # -- cause 7: lists of boxes, points, batches with seeds and positions ---------------------------------------
 
