@@ -39,8 +39,9 @@ def _sharded(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]
 def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -> None:
     """`point_breaks` of a read of points along every dimension: its shards and those read by ranges exactly the
     model's objects and index requests, and with the breaks between runs never more requests than the model
-    counts; ranked, never fewer breaks than from the boxes, and the model's count where every chunk is whole. Seen
-    to bite: some layouts' breaks from the boxes alone are more than none, and some are the model's count."""
+    counts; ranked, never fewer breaks than from the boxes, and the model's count on an object store (chunks partly
+    outside the array at their fraction: with whole chunks alone counted, 10 of these 12 cases failed). Seen to bite:
+    some layouts' breaks from the boxes alone are more than none, and some are the model's count."""
     rng = np.random.default_rng(900 + seed)
     bitten = exact = 0
     for _ in range(60):
@@ -64,7 +65,8 @@ def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -
             assert shards[0] + ranged[0] + breaks[0] <= counts.requests, where
         boxed, ranks = (float(f[0][0] + f[1][0] + f[2][0]) for f in found)
         assert boxed <= ranks, where  # every whole chunk between counted: never fewer breaks
-        if not compressed and not local:  # every chunk whole: the ranks' breaks are the model's
+        if not local:  # the ranks' breaks are the model's: every chunk whole, or those partly outside the array
+            # (compressed) at their fraction, each within half a byte of its stored size
             assert ranks == counts.requests, where
         bitten += found[0][2][0] > 0
         exact += found[0][2][0] > 0 and boxed == counts.requests

@@ -820,24 +820,43 @@ done:
 
 /* the cells of the box [0, region) whose Morton codes are less than `code` (the cell at `local`): per bit of the code
  * that is 1, those sharing the code above it with 0 there, a product over dimensions (merges._ranks) */
-static int64_t rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
-                       const int64_t *bits, const int64_t *region, Py_ssize_t ndim) {
-    int64_t total = 0;
+/* merges._ranks of one cell three ways: the whole cells of the shard before it (in [0, whole)), its stored cells
+ * before it (in [0, stored)), and their sizes summed, the last stored cell along d at 1 - lack[d] of a whole one */
+static void rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
+                    const int64_t *bits, const int64_t *whole, const int64_t *stored, const double *lack,
+                    Py_ssize_t ndim, int64_t *whole_out, int64_t *stored_out, double *size_out) {
+    int64_t total_whole = 0, total_stored = 0;
+    double total_size = 0.0;
     for (int64_t position = 0; position < positions; position++) {
         if (!((code >> position) & 1)) continue;
         const int64_t b = where_bit[position] / ndim, e = where_bit[position] % ndim;
-        int64_t count = 1;
-        for (Py_ssize_t d = 0; d < ndim && count > 0; d++) {
+        int64_t count_whole = 1, count_stored = 1;
+        double size = 1.0;
+        for (Py_ssize_t d = 0; d < ndim && count_stored > 0; d++) {
             int64_t free = d == e ? b + 1 : b + (d < e);
             if (d != e && free > bits[d]) free = bits[d];
             const int64_t low = (local[d] >> free) << free;
             const int64_t width = (int64_t)1 << (d == e ? b : free);
-            const int64_t inside = min64(low + width, region[d]) - low;
-            count = inside > 0 ? count * inside : 0;
+            const int64_t in_whole = min64(low + width, whole[d]) - low;
+            const int64_t in_stored = min64(low + width, stored[d]) - low;
+            count_whole = in_whole > 0 ? count_whole * in_whole : 0;
+            count_stored = in_stored > 0 ? count_stored * in_stored : 0;
+            size *= in_stored > 0 ? (double)in_stored - (low + width >= stored[d] ? lack[d] : 0.0) : 0.0;
         }
-        total += count;
+        total_whole += count_whole;
+        total_stored += count_stored;
+        total_size += count_stored > 0 ? size : 0.0;
     }
-    return total;
+    *whole_out = total_whole;
+    *stored_out = total_stored;
+    *size_out = total_size;
+}
+
+/* merges._least_between: the bytes at least of `cells` stored chunks, `whole` of them whole, their sizes `sizes` */
+static double least_between(int64_t whole, int64_t cells, double sizes, double scale, double enc) {
+    const double part = (double)(cells - whole);
+    const double fractions = (sizes - (double)whole) * enc - 0.5 * part - 1e-9 * (scale + 1.0) * enc;
+    return (double)whole * enc + (part > fractions ? part : fractions);
 }
 
 typedef struct {
@@ -851,6 +870,39 @@ static int by_place(const void *a, const void *b) {
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     if (x->code != y->code) return x->code < y->code ? -1 : 1;
     return 0;
+}
+
+/* Sorts n words ascending, in place: insertion below 24, else quicksort on the median of three (no calls through a
+ * comparator: a search sorts the points of millions of layouts, a hundred each) */
+static void sort_words(uint64_t *w, Py_ssize_t n) {
+    while (n > 24) {
+        uint64_t a = w[0], b = w[n / 2], c = w[n - 1];
+        const uint64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        Py_ssize_t i = 0, j = n - 1;
+        for (;;) {
+            while (w[i] < pivot) i++;
+            while (w[j] > pivot) j--;
+            if (i >= j) break;
+            const uint64_t t = w[i];
+            w[i++] = w[j];
+            w[j--] = t;
+        }
+        /* [0, j] <= pivot <= [j + 1, n): the smaller side by recursion, the larger in the loop */
+        if (j + 1 < n - j - 1) {
+            sort_words(w, j + 1);
+            w += j + 1;
+            n -= j + 1;
+        } else {
+            sort_words(w + j + 1, n - j - 1);
+            n = j + 1;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        const uint64_t item = w[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && w[j - 1] > item; j--) w[j] = w[j - 1];
+        w[j] = item;
+    }
 }
 
 typedef struct {
@@ -871,6 +923,8 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     Placed *placed = NULL;
     int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *where_bit = NULL, *scratch = NULL;
     int64_t *across = NULL, *shift = NULL;
+    double *lacks = NULL;
+    uint64_t *words = NULL;
     if (ndim < 1 || ndim > 64 || count < 1 || k < 0 || count > PY_SSIZE_T_MAX / ndim || k > PY_SSIZE_T_MAX / ndim) {
         PyErr_Format(PyExc_ValueError, "point_breaks: %zd dimensions and %zd points, expected 1-64 and 1 or more",
                      ndim, count);
@@ -890,10 +944,13 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     grid = malloc(sizeof(int64_t) * (size_t)ndim);
     bits = malloc(sizeof(int64_t) * (size_t)ndim);
     where_bit = malloc(sizeof(int64_t) * 64); /* each code position's (bit, dimension), as bit * ndim + d */
-    scratch = malloc(sizeof(int64_t) * (size_t)(3 * ndim)); /* a pair's local coordinates, the shard's whole box */
+    scratch = malloc(sizeof(int64_t) * (size_t)(4 * ndim)); /* a pair's local coordinates, the shard's whole and
+                                                              * stored boxes */
+    lacks = malloc(sizeof(double) * (size_t)ndim); /* what the shard's last stored chunk along each lacks */
+    words = malloc(sizeof(uint64_t) * (size_t)count);
     across = malloc(sizeof(int64_t) * (size_t)ndim); /* shards along each dimension */
     shift = malloc(sizeof(int64_t) * (size_t)ndim);  /* log2 of the chunks a shard along it (-1: not a power of 2) */
-    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch || !across || !shift) {
+    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch || !across || !shift || !lacks || !words) {
         PyErr_NoMemory();
         goto done;
     }
@@ -935,6 +992,9 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
          * layouts together): no divisions */
         const int same = celled && memcmp(c, celled, sizeof(int64_t) * (size_t)ndim) == 0;
         celled = c;
+        /* each point's place as one word (shard, code, point) where they fit in 63 bits, sorted as integers */
+        const int at_bits = bit_length((int64_t)count - 1), key_bits = bit_length(key_room - 1);
+        const int packed = key_bits + total_bits + at_bits <= 63;
         for (Py_ssize_t i = 0; i < count; i++) {
             int64_t key = 0, code = 0, position = 0;
             for (Py_ssize_t d = 0; d < ndim; d++) { /* (a shift where a shard holds 2^j chunks: most do) */
@@ -947,11 +1007,21 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             }
             for (; position < at; position++) /* Morton: each position's (bit, dimension), in order */
                 code |= ((local[code_dim[position]] >> code_bit[position]) & 1) << position;
+            if (packed)
+                words[i] = ((uint64_t)key << (total_bits + at_bits)) | ((uint64_t)code << at_bits) | (uint64_t)i;
             placed[i].key = key;
             placed[i].code = code;
             placed[i].at = i;
         }
-        if (count <= 32) { /* a few points: in place, no calls */
+        if (packed) {
+            sort_words(words, count);
+            const uint64_t code_mask = ((uint64_t)1 << total_bits) - 1, at_mask = ((uint64_t)1 << at_bits) - 1;
+            for (Py_ssize_t i = 0; i < count; i++) {
+                placed[i].key = (int64_t)(words[i] >> (total_bits + at_bits));
+                placed[i].code = (int64_t)((words[i] >> at_bits) & code_mask);
+                placed[i].at = (int64_t)(words[i] & at_mask);
+            }
+        } else if (count <= 32) { /* a few points: in place, no calls */
             for (Py_ssize_t i = 1; i < count; i++) {
                 const Placed item = placed[i];
                 Py_ssize_t j = i;
@@ -981,9 +1051,12 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                     const int64_t *x = cell + placed[e - 1].at * ndim, *y = cell + placed[e].at * ndim;
                     const int64_t split = where_bit[bit_length(placed[e - 1].code ^ placed[e].code) - 1];
                     const int64_t level = split / ndim, dim = split % ndim;
-                    int64_t after = 1, before = 1;
+                    int64_t after = 1, before = 1, after_all = 1, before_all = 1;
+                    double after_size = 1.0, before_size = 1.0, x_size = 1.0, y_size = 1.0;
                     int x_full = 1, y_full = 1;
                     int64_t *lxs = scratch, *lys = scratch + ndim, *region = scratch + 2 * ndim;
+                    int64_t *ends = scratch + 3 * ndim;
+                    double *lack = lacks;
                     for (Py_ssize_t d = 0; d < ndim; d++) {
                         int64_t free = d < dim ? level + 1 : level;
                         if (free > bits[d]) free = bits[d];
@@ -991,23 +1064,41 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                         const int64_t lx = x[d] - s[d] * per[d], ly = y[d] - s[d] * per[d];
                         const int64_t stored = min64(per[d], grid[d] - s[d] * per[d]);
                         const int partial = short_last[d] && s[d] * per[d] + stored == grid[d];
-                        const int64_t full_end = stored - 1 - partial;
+                        const int64_t full_end = stored - 1 - partial, last_at = stored - 1;
+                        lack[d] = partial ? 1.0 - (double)(shape[d] % c[d]) / (double)c[d] : 0.0;
                         const int64_t a = min64(lx | mask, full_end) - lx + 1;
                         const int64_t b = min64(ly, full_end) - (ly & ~mask) + 1;
                         after *= a > 0 ? a : 0;
                         before *= b > 0 ? b : 0;
+                        /* every stored chunk of the two boxes, and their sizes (x and y are stored) */
+                        const int64_t after_to = min64(lx | mask, last_at), before_from = ly & ~mask;
+                        after_all *= after_to - lx + 1;
+                        before_all *= ly - before_from + 1;
+                        after_size *= (double)(after_to - lx + 1) - (after_to == last_at ? lack[d] : 0.0);
+                        before_size *= (double)(ly - before_from + 1) - (ly == last_at ? lack[d] : 0.0);
+                        x_size *= lx == last_at ? 1.0 - lack[d] : 1.0;
+                        y_size *= ly == last_at ? 1.0 - lack[d] : 1.0;
                         if (lx > full_end) x_full = 0;
                         if (ly > full_end) y_full = 0;
                         lxs[d] = lx;
                         lys[d] = ly;
                         region[d] = full_end + 1;
+                        ends[d] = stored;
                     }
-                    const int64_t between =
-                        ranked ? rank_in(lys, placed[e].code, where_bit, total_bits, bits, region, ndim) -
-                                     rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ndim) -
-                                     x_full
-                               : after - x_full + before - y_full;
-                    if ((double)between * enc[r] > (double)gap) breaks += 1.0;
+                    int cut = least_between(after - x_full + before - y_full, after_all - 1 + before_all - 1,
+                                            after_size - x_size + before_size - y_size, after_size + before_size,
+                                            enc[r]) > (double)gap;
+                    if (ranked && !cut) { /* every stored chunk between them, from their ranks */
+                        int64_t whole_y, whole_x, all_y, all_x;
+                        double size_y, size_x;
+                        rank_in(lys, placed[e].code, where_bit, total_bits, bits, region, ends, lack, ndim, &whole_y,
+                                &all_y, &size_y);
+                        rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ends, lack, ndim,
+                                &whole_x, &all_x, &size_x);
+                        cut = least_between(whole_y - whole_x - x_full, all_y - all_x - 1, size_y - size_x - x_size,
+                                            size_y, enc[r]) > (double)gap;
+                    }
+                    if (cut) breaks += 1.0;
                 }
             }
             begin = end;
@@ -1028,6 +1119,8 @@ done:
     free(scratch);
     free(across);
     free(shift);
+    free(lacks);
+    free(words);
     Py_buffer *all[] = {&B.chunks, &B.per, &B.shape, &B.points, &B.enc, &B.shards, &B.ranged, &B.breaks};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
     return result;

@@ -9,8 +9,11 @@ above ``p`` form two boxes, ``a``'s (bit ``p`` 0) wholly before ``b``'s: along `
 each other dimension one interval holding both. A code grows with each coordinate, so the cells of ``a``'s box at or
 past ``a`` in every dimension lie between them, as do those of ``b``'s box at or before ``b``.
 
-- With the sharding known (`point_breaks`) the boxes are known: their whole chunks (``chunk_enc`` bytes each) are
-  counted, and a pair with more than ``coalesce_gap`` bytes of them between is a break between runs.
+- With the sharding known (`point_breaks`) the boxes are known: their stored chunks are counted, each whole one
+  ``chunk_enc`` bytes, each partly outside the array (compressed) its fraction of that less half a byte and at least a
+  byte (`counting._stored_bytes` rounds), and a pair with more than ``coalesce_gap`` bytes of them between is a break
+  between runs. (Whole chunks alone left most breaks of a read of scattered points uncounted where a shard spans the
+  array's edge, and the search took such layouts up to the ranges' level: docs/dev/advise.md, Search time.)
 - For every sharding at once (`point_components`): along a dimension where ``delta = b - a >= 0`` both boxes reach
   across ``delta + 1`` cells (along ``e`` the two share ``delta + 1``), along the others at least one, so at least
   ``prod(delta + 1 where delta >= 0) - 2`` cells lie between; and ``e`` holds bit ``j``, at least the highest bit
@@ -113,25 +116,30 @@ def _components_numpy(lengths: np.ndarray, points: np.ndarray, extent: np.ndarra
     return merged, joined
 
 
-def _ranks(local: np.ndarray, code: np.ndarray, place: np.ndarray, bits: np.ndarray, region: np.ndarray) -> np.ndarray:
+def _ranks(local: np.ndarray, code: np.ndarray, place: np.ndarray, bits: np.ndarray, region: np.ndarray,
+           lack: np.ndarray | None = None) -> np.ndarray:
     """Per cell (its ``local`` coordinates and ``code`` in its shard, its layout's ``place`` of each (bit,
     dimension) in a code and ``bits`` along each), the cells of the box ``[0, region)`` whose codes are less: per bit
     of its code that is 1, those sharing the code above it with 0 there (`morton.box_offsets`), a product over
-    dimensions of an aligned interval cut at the region."""
+    dimensions of an aligned interval cut at the region. ``lack``: per cell and dimension, what the region's last
+    cell along it lacks of a whole one; then their sizes summed (in whole cells, floats), not their count."""
     n, ndim = local.shape
-    out = np.zeros(n, dtype=np.int64)
+    out = np.zeros(n, dtype=np.int64 if lack is None else np.float64)
     for b in range(place.shape[1]):
         for e in range(ndim):
             at = place[:, b, e]
             on = (at >= 0) & (((code >> np.maximum(at, 0)) & 1) == 1)
             if not on.any():
                 continue
-            count = np.ones(n, dtype=np.int64)
+            count = np.ones(n, dtype=out.dtype)
             for d in range(ndim):
                 free = np.full(n, b + 1) if d == e else np.minimum(b + (d < e), bits[:, d])
                 low = (local[:, d] >> free) << free  # (along e: with its bit b 0, the lower half)
                 width = np.int64(1) << (b if d == e else free)
-                count *= np.maximum(0, np.minimum(low + width, region[:, d]) - low)
+                inside = np.maximum(0, np.minimum(low + width, region[:, d]) - low)
+                if lack is not None:  # the region's last cell, where the interval holds it, at its size
+                    inside = np.where((inside > 0) & (low + width >= region[:, d]), inside - lack[:, d], inside)
+                count *= inside
             out += np.where(on, count, 0)
     return out
 
@@ -180,10 +188,11 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     """Per sharded layout (``chunks`` and chunks per shard ``per``, ``(k, ndim)``) of an array of ``shape``, a
     pointwise read of one chunk per point (``points``: ``(count, ndim)``, every dimension): the shards it touches,
     those it reads by ranges (fewer than ``fraction`` of their chunks touched), and the breaks at least between
-    their runs: consecutive chunks of a shard read by ranges (in Morton order) with more than ``gap`` bytes of whole
-    chunks (``chunk_enc`` each) between them, counted as the module says with the shard's own alignment; or
-    (``ranked``) every whole chunk between them, from their ranks among the shard's whole chunks (`_ranks`: the
-    model's break where the shard's chunks are all whole, a few times the cost)."""
+    their runs: consecutive chunks of a shard read by ranges (in Morton order) with more than ``gap`` bytes of stored
+    chunks (`_least_between`) between them, counted as the module says with the shard's own alignment; or
+    (``ranked``) also every stored chunk between them, from their ranks among the shard's chunks (`_ranks`: the
+    model's break but for half a byte a chunk partly outside the array, a few times the cost, spent only on the pairs
+    the boxes leave unbroken)."""
     k, ndim = chunks.shape
     shards, ranged, breaks = np.zeros((3, k))
     if k == 0 or points.shape[0] == 0:
@@ -263,13 +272,42 @@ def _breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.n
     stored = np.minimum(per[r], grid[r] - shard[pair] * per[r])
     partial = compressed & (shape[None] % chunks[r] != 0) & (shard[pair] * per[r] + stored == grid[r])
     full_end = stored - 1 - partial
+    # and what its last stored chunk along each lacks of a whole one (stored at its fraction inside the array)
+    lack = np.where(partial, 1.0 - (shape[None] % chunks[r]) / chunks[r], 0.0)
+    end = stored - 1
+    after_to, before_from = np.minimum(top, end), bottom
     after = np.prod(np.maximum(0, np.minimum(top, full_end) - x + 1), axis=1)
     before = np.prod(np.maximum(0, np.minimum(y, full_end) - bottom + 1), axis=1)
-    x_full = (x <= full_end).all(axis=1)
-    if ranked:
-        between = (_ranks(y, code[pair], place[r], bits[r], full_end + 1)
-                   - _ranks(x, code[pair - 1], place[r], bits[r], full_end + 1) - x_full)
-    else:
-        between = after - x_full + before - (y <= full_end).all(axis=1)
-    cut = between * chunk_enc[r] > gap
+    x_full, y_full = (x <= full_end).all(axis=1), (y <= full_end).all(axis=1)
+    # every stored chunk of the two boxes, and their sizes (x and y are stored: they hold points)
+    after_all = np.prod(after_to - x + 1, axis=1)
+    before_all = np.prod(y - before_from + 1, axis=1)
+    after_size = np.prod(after_to - x + 1 - np.where(after_to == end, lack, 0.0), axis=1)
+    before_size = np.prod(y - before_from + 1 - np.where(y == end, lack, 0.0), axis=1)
+    x_size = np.prod(1.0 - np.where(x == end, lack, 0.0), axis=1)
+    y_size = np.prod(1.0 - np.where(y == end, lack, 0.0), axis=1)
+    enc = chunk_enc[r]
+    cut = _least_between(after - x_full + before - y_full, after_all - 1 + before_all - 1,
+                         after_size - x_size + before_size - y_size, after_size + before_size, enc) > gap
+    if ranked:  # every stored chunk between them, from their ranks (where the boxes alone do not already break)
+        rest = np.flatnonzero(~cut)
+        p, rr = pair[rest], r[rest]
+        ranks = [[_ranks(v[rest], c, place[rr], bits[rr], region, lack[rest] if sized else None)
+                  for v, c in ((y, code[p]), (x, code[p - 1]))]
+                 for region, sized in ((full_end[rest] + 1, False), (stored[rest], False), (stored[rest], True))]
+        (whole_y, whole_x), (all_y, all_x), (size_y, size_x) = ranks
+        cut[rest] = _least_between(whole_y - whole_x - x_full[rest], all_y - all_x - 1,
+                                   size_y - size_x - x_size[rest], size_y, enc[rest]) > gap
     return shards, ranged, np.bincount(r, weights=cut, minlength=k)
+
+
+def _least_between(whole: np.ndarray, cells: np.ndarray, sizes: np.ndarray, scale: np.ndarray,
+                   chunk_enc: np.ndarray) -> np.ndarray:
+    """The bytes at least of ``cells`` stored chunks between two, ``whole`` of them whole (``chunk_enc`` bytes each)
+    and the rest partly outside the array, their sizes summed with the whole ones' in ``sizes`` (in whole chunks):
+    such a chunk is stored at its fraction of ``chunk_enc`` rounded, and at least a byte (`counting._stored_bytes`),
+    so at least its fraction's bytes less half a byte. ``scale``: the largest of the sums ``sizes`` was worked out
+    from, for the float error allowed."""
+    part = cells - whole
+    fractions = (sizes - whole) * chunk_enc - 0.5 * part - 1e-9 * (scale + 1) * chunk_enc
+    return whole * chunk_enc + np.maximum(part, fractions)
