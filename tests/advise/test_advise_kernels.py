@@ -266,7 +266,7 @@ def test_the_compiled_breaks_are_the_numpy_ones(seed: int, monkeypatch: pytest.M
     from xarray_zarrmax.advise import merges
 
     rng = np.random.default_rng(5200 + seed)
-    seen = np.zeros(3)
+    seen = np.zeros(4)
     for _ in range(40):
         ndim, k, count = int(rng.integers(1, 5)), int(rng.integers(1, 30)), int(rng.integers(1, 40))
         shape = rng.integers(2, (400, 60, 20, 12)[ndim - 1], ndim)
@@ -280,7 +280,7 @@ def test_the_compiled_breaks_are_the_numpy_ones(seed: int, monkeypatch: pytest.M
         with monkeypatch.context() as patch:
             patch.setattr(kernels, "compiled", None)
             want = merges.point_breaks(*args)
-        for g, w, name in zip(got, want, ("shards", "ranged", "breaks"), strict=True):
+        for g, w, name in zip(got, want, ("shards", "ranged", "breaks", "merged"), strict=True):
             np.testing.assert_array_equal(g, w, err_msg=name)
         seen += [(w > 1).sum() for w in want]
     assert (seen > 20).all(), seen
@@ -296,10 +296,11 @@ def test_the_compiled_merge_bounds_refuse_arrays_of_the_wrong_size_and_empty_len
     with pytest.raises(ValueError, match="point_components: row 0: lengths and extents must be positive"):
         kernels.compiled.point_components(1, 1, 1, one * 0, one, one, one, 0, one, np.ones(1), one, True, *out)
     with pytest.raises(ValueError, match="point_breaks: chunk_enc holds 16 bytes, expected 8"):
-        kernels.compiled.point_breaks(1, 1, 1, one, one, one, one, np.ones(2), 0, 0.5, True, False, *out, np.zeros(1))
+        kernels.compiled.point_breaks(1, 1, 1, one, one, one, one, np.ones(2), 0, 0.5, True, False, *out, np.zeros(1),
+                                      np.zeros(1))
     with pytest.raises(ValueError, match="point_breaks: layout 0: chunks, shards and shape must be positive"):
         kernels.compiled.point_breaks(1, 1, 1, one, one * 0, one, one, np.ones(1), 0, 0.5, True, True, *out,
-                                      np.zeros(1))
+                                      np.zeros(1), np.zeros(1))
 
 
 @compiled
@@ -374,7 +375,7 @@ def test_the_compiled_cell_counts_refuse_points_outside_and_empty_lengths() -> N
                                           one, True, np.zeros(1), np.zeros(1))
     with pytest.raises(ValueError, match="point_breaks: 4 dimensions and 4611686018427387904 points"):
         kernels.compiled.point_breaks(1, 4, 2**62, one.repeat(4), one.repeat(4), one.repeat(4), empty, np.ones(1), 0,
-                                      0.5, True, True, np.zeros(1), np.zeros(1), np.zeros(1))
+                                      0.5, True, True, np.zeros(1), np.zeros(1), np.zeros(1), np.zeros(1))
 
 
 @compiled
@@ -534,10 +535,10 @@ def test_the_compiled_breaks_of_one_chunk_shape_in_a_row_are_the_numpy_ones(
         patch.setattr(kernels, "compiled", None)
         want = merges.point_breaks(chunks, per, shape, points, enc, 200, 0.5, True, False)
     assert kernels.compiled is not None
-    got = np.zeros((3, len(chunks)))
+    got = np.zeros((4, len(chunks)))
     kernels.compiled.point_breaks(len(chunks), 3, len(points), chunks, per, shape, points, enc, 200, 0.5, True, False,
-                                  got[0], got[1], got[2])
-    for g, w, name in zip(got, want, ("shards", "ranged", "breaks"), strict=True):
+                                  got[0], got[1], got[2], got[3])
+    for g, w, name in zip(got, want, ("shards", "ranged", "breaks", "merged"), strict=True):
         np.testing.assert_array_equal(g, w, err_msg=name)
     assert want[0][3] == 0 and (want[0] > 1).sum() >= 4 and (want[2] > 0).sum() >= 4, want
 
@@ -554,4 +555,4 @@ def test_the_breaks_at_the_edge_of_int64s_room_are_the_same_compiled_or_not(monk
     with monkeypatch.context() as patch:
         patch.setattr(kernels, "compiled", None)
         want = merges.point_breaks(*args)
-    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[2.0], [2.0], [1.0]]
+    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[2.0], [2.0], [1.0], [0.0]]

@@ -43,7 +43,7 @@ def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -
     outside the array at their fraction: with whole chunks alone counted, 10 of these 12 cases failed). Seen to bite:
     some layouts' breaks from the boxes alone are more than none, and some are the model's count."""
     rng = np.random.default_rng(900 + seed)
-    bitten = exact = 0
+    bitten = exact = merges_seen = 0
     for _ in range(60):
         shape, chunks, per = _sharded(rng)
         count = int(rng.integers(2, 40))
@@ -60,7 +60,7 @@ def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -
                               np.asarray([float(enc)]), reader.coalesce_gap, reader.full_shard_fraction, compressed,
                               ranked) for ranked in (False, True)]
         where = (shape, chunks, per, points.tolist(), enc, compressed, reader)
-        for shards, ranged, breaks in found:
+        for shards, ranged, breaks, _ in found:
             assert (shards[0], ranged[0]) == (counts.objects, counts.index_requests), where
             assert shards[0] + ranged[0] + breaks[0] <= counts.requests, where
         boxed, ranks = (float(f[0][0] + f[1][0] + f[2][0]) for f in found)
@@ -68,9 +68,20 @@ def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -
         if not local:  # the ranks' breaks are the model's: every chunk whole, or those partly outside the array
             # (compressed) at their fraction, each within half a byte of its stored size
             assert ranks == counts.requests, where
+        # the bytes between the chunks merged (ranked only): never more than the model reads beyond the chunks
+        # themselves (a byte each at least) and the indexes; all of it where every chunk is whole and every shard read
+        # by ranges
+        merged = float(found[1][3][0])
+        assert found[0][3][0] == 0.0, where
+        chunks_read = len({tuple(p // c for p, c in zip(point, chunks, strict=True)) for point in points.tolist()})
+        indexes = found[1][1][0] * (16 * math.prod(per) + 4)
+        assert merged <= counts.bytes - chunks_read - indexes, where
+        if not compressed and found[1][0][0] == found[1][1][0]:
+            assert merged == counts.bytes - chunks_read * enc - indexes, where
+            merges_seen += merged > 0
         bitten += found[0][2][0] > 0
         exact += found[0][2][0] > 0 and boxed == counts.requests
-    assert bitten >= 5 and exact >= 1, (bitten, exact)
+    assert bitten >= 5 and exact >= 1 and merges_seen >= 1, (bitten, exact, merges_seen)
 
 
 @pytest.mark.usefixtures("bound_kernels")

@@ -442,3 +442,31 @@ def test_the_aligned_requests_raise_listed_bounds_of_scattered_points_and_stay_b
     for i, layout in enumerate(layouts):
         terms = dict(predicted[layout].terms)
         assert _below(aligned[i], terms), (layout, dict(zip(TERMS, aligned[i], strict=True)), terms)
+
+
+@pytest.mark.usefixtures("bound_kernels")
+def test_the_merged_gaps_raise_pairwise_bounds_of_scattered_points_and_stay_below() -> None:
+    """Scattered points on a 4-D array on an object store, compressed chunks partly outside the array: from `PAIRWISE`
+    on, a sharded layout's bound holds the bytes between the chunks its runs merge (`merges.point_breaks`, ranked), so
+    its transfer is above `QUICK`'s for many layouts (where the ranges' level alone had them), and every row stays,
+    term by term, at most the model's prediction."""
+    shape, dims = (45, 10, 31, 37), DIMS
+    rng = np.random.default_rng(43)
+    cells = np.unravel_index(rng.choice(math.prod(shape), size=24, replace=False), shape)
+    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False)
+    reader = Reader(local=False, coalesce_gap=4000)
+    patterns = parse_patterns(mix)
+    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
+    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
+    layouts = [layouts[i] for i in rng.permutation(len(layouts))[:300]]
+    chunks, outer, sharded, per_object = _rows(layouts)
+    quick, pairwise = (bounds.terms(chunks, outer, sharded, per_object, level) for level in (QUICK, PAIRWISE))
+    moved = [TERMS.index(name) for name in ("request_bps", "aggregate_bps", "transfer")]
+    raised = pairwise[:, moved].sum(axis=1) > quick[:, moved].sum(axis=1) * 1.01
+    assert raised.sum() >= 30, raised.sum()
+    predicted = {c.layout: c for c in rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=layouts)}
+    for i, layout in enumerate(layouts):
+        terms = dict(predicted[layout].terms)
+        assert _below(pairwise[i], terms), (layout, dict(zip(TERMS, pairwise[i], strict=True)), terms)

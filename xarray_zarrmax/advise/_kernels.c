@@ -859,6 +859,12 @@ static double least_between(int64_t whole, int64_t cells, double sizes, double s
     return (double)whole * enc + (part > fractions ? part : fractions);
 }
 
+/* merges._most_between: their bytes at most */
+static double most_between(int64_t whole, int64_t cells, double sizes, double scale, double enc) {
+    const double part = (double)(cells - whole);
+    return (double)whole * enc + (sizes - (double)whole) * enc + part + 1e-9 * (scale + 1.0) * enc;
+}
+
 typedef struct {
     int64_t key;  /* the shard's place in the grid of shards */
     int64_t code; /* the chunk's Morton code in the shard */
@@ -906,7 +912,7 @@ static void sort_words(uint64_t *w, Py_ssize_t n) {
 }
 
 typedef struct {
-    Py_buffer chunks, per, shape, points, enc, shards, ranged, breaks;
+    Py_buffer chunks, per, shape, points, enc, shards, ranged, breaks, merged;
 } BreakBuffers;
 
 static PyObject *point_breaks(PyObject *self, PyObject *args) {
@@ -916,8 +922,9 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     long long gap;
     double fraction;
     int compressed, ranked;
-    if (!PyArg_ParseTuple(args, "nnny*y*y*y*y*Ldppw*w*w*", &k, &ndim, &count, &B.chunks, &B.per, &B.shape, &B.points,
-                          &B.enc, &gap, &fraction, &compressed, &ranked, &B.shards, &B.ranged, &B.breaks))
+    if (!PyArg_ParseTuple(args, "nnny*y*y*y*y*Ldppw*w*w*w*", &k, &ndim, &count, &B.chunks, &B.per, &B.shape,
+                          &B.points, &B.enc, &gap, &fraction, &compressed, &ranked, &B.shards, &B.ranged, &B.breaks,
+                          &B.merged))
         return NULL;
     PyObject *result = NULL;
     Placed *placed = NULL;
@@ -933,11 +940,13 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     if (!sized(&B.chunks, k * ndim, "point_breaks: chunks") || !sized(&B.per, k * ndim, "point_breaks: per") ||
         !sized(&B.shape, ndim, "point_breaks: shape") || !sized(&B.points, count * ndim, "point_breaks: points") ||
         !sized(&B.enc, k, "point_breaks: chunk_enc") || !sized(&B.shards, k, "point_breaks: shards") ||
-        !sized(&B.ranged, k, "point_breaks: ranged") || !sized(&B.breaks, k, "point_breaks: breaks"))
+        !sized(&B.ranged, k, "point_breaks: ranged") || !sized(&B.breaks, k, "point_breaks: breaks") ||
+        !sized(&B.merged, k, "point_breaks: merged"))
         goto done;
     const int64_t *chunks_all = B.chunks.buf, *per_all = B.per.buf, *shape = B.shape.buf, *points = B.points.buf;
     const double *enc = B.enc.buf;
-    double *shards_out = B.shards.buf, *ranged_out = B.ranged.buf, *breaks_out = B.breaks.buf;
+    double *shards_out = B.shards.buf, *ranged_out = B.ranged.buf, *breaks_out = B.breaks.buf,
+           *merged_out = B.merged.buf;
     placed = malloc(sizeof(Placed) * (size_t)count);
     cell = malloc(sizeof(int64_t) * (size_t)(count * ndim));
     shard = malloc(sizeof(int64_t) * (size_t)(count * ndim));
@@ -973,7 +982,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             key_room = saturated_product(key_room, across[d]);
         }
         if (total_bits > 62 || key_room >= SATURATED) { /* codes or keys past int64: no bound (merges refuses too) */
-            shards_out[r] = ranged_out[r] = breaks_out[r] = 0.0;
+            shards_out[r] = ranged_out[r] = breaks_out[r] = merged_out[r] = 0.0;
             continue;
         }
         int64_t at = 0;
@@ -1036,7 +1045,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         }
         double per_object = 1.0;
         for (Py_ssize_t d = 0; d < ndim; d++) per_object *= (double)per[d];
-        double shards = 0.0, ranged = 0.0, breaks = 0.0;
+        double shards = 0.0, ranged = 0.0, breaks = 0.0, merged = 0.0;
         Py_ssize_t begin = 0;
         while (begin < count) {
             Py_ssize_t end = begin + 1, pieces = 1;
@@ -1095,8 +1104,13 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                                 &all_y, &size_y);
                         rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ends, lack, ndim,
                                 &whole_x, &all_x, &size_x);
-                        cut = least_between(whole_y - whole_x - x_full, all_y - all_x - 1, size_y - size_x - x_size,
-                                            size_y, enc[r]) > (double)gap;
+                        const double least = least_between(whole_y - whole_x - x_full, all_y - all_x - 1,
+                                                           size_y - size_x - x_size, size_y, enc[r]);
+                        cut = least > (double)gap;
+                        /* merged in one range whatever the rounding: the bytes between are read too */
+                        if (most_between(whole_y - whole_x - x_full, all_y - all_x - 1, size_y - size_x - x_size,
+                                         size_y, enc[r]) <= (double)gap)
+                            merged += least;
                     }
                     if (cut) breaks += 1.0;
                 }
@@ -1106,6 +1120,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         shards_out[r] = shards;
         ranged_out[r] = ranged;
         breaks_out[r] = breaks;
+        merged_out[r] = merged;
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1121,7 +1136,7 @@ done:
     free(shift);
     free(lacks);
     free(words);
-    Py_buffer *all[] = {&B.chunks, &B.per, &B.shape, &B.points, &B.enc, &B.shards, &B.ranged, &B.breaks};
+    Py_buffer *all[] = {&B.chunks, &B.per, &B.shape, &B.points, &B.enc, &B.shards, &B.ranged, &B.breaks, &B.merged};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) PyBuffer_Release(all[i]);
     return result;
 }

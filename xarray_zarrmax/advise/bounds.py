@@ -66,8 +66,8 @@ class SearchBounds:
     - below `SAMPLED`, a pointwise read's ranges from where its chunks lie (`merges`): of every sharding at once and
       each listed, the components of its chunks that could merge (or share a shard read whole; up to
       `merges.MOST_PAIRED` points), and a round trip more at `LISTED` when every shard is read by ranges (the read
-      waits for an index); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked; up to
-      `merges.MOST_POINTS` points);
+      waits for an index); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked, and on
+      an object store the bytes between the chunks its runs merge; up to `merges.MOST_POINTS` points);
     - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
       ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 
@@ -341,12 +341,15 @@ class SearchBounds:
             for j, _, _ in pattern.points if j < windows}
         # and the ranges of its shards at least, beyond one an object (`point_bounds.PointBounds.requests`)
         point = self.pointwise
+        # (from PAIRWISE on, also the bytes at least between the chunks its runs merge)
+        aligned = {j: point.aligned_reads(chunks, outer, sharded, per_object, pattern.starts[j], pattern.stops[j],
+                                          dims, points, level >= PAIRWISE)
+                   for j, dims, points in pattern.points if j < windows}
         point_runs = {j: np.where(sharded, np.maximum(0.0, np.maximum(point.requests(
             objects[:, j], touched[:, j], per_object,
-            *point.components_of(chunks, pattern.starts[j], pattern.stops[j], dims, points)),
-            point.aligned_requests(chunks, outer, sharded, per_object, pattern.starts[j], pattern.stops[j], dims,
-                                   points, level >= PAIRWISE))
+            *point.components_of(chunks, pattern.starts[j], pattern.stops[j], dims, points)), aligned[j][0])
             - objects[:, j] - point_indexes[j]), 0.0) for j, dims, points in pattern.points if j < windows}
+        point_gaps = {j: got[1] for j, got in aligned.items()}
         if level < SAMPLED:
             requests += sum(point_indexes.values(), np.zeros(k)) + sum(point_runs.values(), np.zeros(k))
         # a selection whose shards no earlier one touched finds no index cached: one it touches in fewer chunks
@@ -402,6 +405,8 @@ class SearchBounds:
                 at = where[runs.rows]
                 requests[at] += runs.requests + runs.by_ranges + runs.whole_parts
                 point_indexes[j][at] = point_runs[j][at] = 0.0  # counted object by object; the rest as at PAIRWISE
+                if j < sampled:  # and their gaps' bytes
+                    point_gaps[j][at] = 0.0
                 requests += point_indexes[j] + point_runs[j]
                 gap_bytes[at] += runs.gap_bytes
                 whole_extra[at] += runs.whole_extra
@@ -412,6 +417,7 @@ class SearchBounds:
                                    stops[boxes], *args, several=pattern.starts.shape[0] > 1)
                 requests[where[runs.rows]] += runs.requests
                 gap_bytes[where[runs.rows]] += runs.gap_bytes
+        gap_bytes += sum(point_gaps.values(), np.zeros(k))
         rows = np.flatnonzero(ranged[:, 1:].any(axis=1)) if windows > 1 else np.zeros(0, dtype=np.int64)
         rows = np.setdiff1d(rows, counted, assume_unique=True)
         if rows.size:  # only rows that could gain (in a bound for every sharding nothing is apart)

@@ -184,7 +184,7 @@ def _components(edges: np.ndarray, first: np.ndarray, second: np.ndarray, count:
 
 def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.ndarray, chunk_enc: np.ndarray,
                  gap: int, fraction: float, compressed: bool,
-                 ranked: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 ranked: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per sharded layout (``chunks`` and chunks per shard ``per``, ``(k, ndim)``) of an array of ``shape``, a
     pointwise read of one chunk per point (``points``: ``(count, ndim)``, every dimension): the shards it touches,
     those it reads by ranges (fewer than ``fraction`` of their chunks touched), and the breaks at least between
@@ -192,18 +192,19 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     chunks (`_least_between`) between them, counted as the module says with the shard's own alignment; or
     (``ranked``) also every stored chunk between them, from their ranks among the shard's chunks (`_ranks`: the
     model's break but for half a byte a chunk partly outside the array, a few times the cost, spent only on the pairs
-    the boxes leave unbroken)."""
+    the boxes leave unbroken); and then also the bytes at least between the pairs merged whatever their chunks'
+    rounding (`_most_between` at most ``gap``), which the read fetches with them (0 unranked)."""
     k, ndim = chunks.shape
-    shards, ranged, breaks = np.zeros((3, k))
+    shards, ranged, breaks, merged = np.zeros((4, k))
     if k == 0 or points.shape[0] == 0:
-        return shards, ranged, breaks
+        return shards, ranged, breaks, merged
     gap = min(int(gap), _SATURATED)
     if kernels.compiled is not None:  # (it leaves the layouts past int64's room at 0 itself, as below)
         ints = kernels.ints
         kernels.compiled.point_breaks(k, ndim, points.shape[0], ints(chunks), ints(per), ints(shape), ints(points),
                                       kernels.floats(chunk_enc), gap, float(fraction), bool(compressed), bool(ranked),
-                                      shards, ranged, breaks)
-        return shards, ranged, breaks
+                                      shards, ranged, breaks, merged)
+        return shards, ranged, breaks, merged
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)
     # (the shards across as an exact saturated product, as the kernel's: a float product rounds up to 2^62 from below)
@@ -211,13 +212,14 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     step = max(1, (1 << 20) // (points.shape[0] * ndim))
     for a in range(0, room.size, step):
         at = room[a:a + step]
-        shards[at], ranged[at], breaks[at] = _breaks(chunks[at], per[at], shape, points, chunk_enc[at], gap,
-                                                     fraction, compressed, ranked)
-    return shards, ranged, breaks
+        shards[at], ranged[at], breaks[at], merged[at] = _breaks(chunks[at], per[at], shape, points, chunk_enc[at],
+                                                                 gap, fraction, compressed, ranked)
+    return shards, ranged, breaks, merged
 
 
 def _breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.ndarray, chunk_enc: np.ndarray,
-            gap: int, fraction: float, compressed: bool, ranked: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            gap: int, fraction: float, compressed: bool,
+            ranked: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`point_breaks` of a block of layouts."""
     k, ndim = chunks.shape
     grid = -(-shape[None] // chunks)  # (k, ndim) chunks along each dimension
@@ -258,7 +260,7 @@ def _breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.n
     # consecutive chunks of a shard read by ranges: the boxes of whole chunks between them
     pair = np.flatnonzero(~new & np.repeat(by_ranges, pieces))
     if pair.size == 0:
-        return shards, ranged, np.zeros(k)
+        return shards, ranged, np.zeros(k), np.zeros(k)
     r, x, y = row[pair], local[pair - 1], local[pair]
     split = _bit_length(code[pair - 1] ^ code[pair]) - 1  # the highest bit their codes differ at
     hit = place[r] == split[:, None, None]  # (pairs, bits, ndim): that bit's level and dimension
@@ -296,9 +298,15 @@ def _breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.n
                   for v, c in ((y, code[p]), (x, code[p - 1]))]
                  for region, sized in ((full_end[rest] + 1, False), (stored[rest], False), (stored[rest], True))]
         (whole_y, whole_x), (all_y, all_x), (size_y, size_x) = ranks
-        cut[rest] = _least_between(whole_y - whole_x - x_full[rest], all_y - all_x - 1,
-                                   size_y - size_x - x_size[rest], size_y, enc[rest]) > gap
-    return shards, ranged, np.bincount(r, weights=cut, minlength=k)
+        between = (whole_y - whole_x - x_full[rest], all_y - all_x - 1, size_y - size_x - x_size[rest], size_y,
+                   enc[rest])
+        least = _least_between(*between)
+        cut[rest] = least > gap
+        joined = _most_between(*between) <= gap  # merged in one range whatever the rounding: their bytes read too
+        merged = np.bincount(rr[joined], weights=least[joined], minlength=k)
+    else:
+        merged = np.zeros(k)
+    return shards, ranged, np.bincount(r, weights=cut, minlength=k), merged
 
 
 def _least_between(whole: np.ndarray, cells: np.ndarray, sizes: np.ndarray, scale: np.ndarray,
@@ -311,3 +319,10 @@ def _least_between(whole: np.ndarray, cells: np.ndarray, sizes: np.ndarray, scal
     part = cells - whole
     fractions = (sizes - whole) * chunk_enc - 0.5 * part - 1e-9 * (scale + 1) * chunk_enc
     return whole * chunk_enc + np.maximum(part, fractions)
+
+
+def _most_between(whole: np.ndarray, cells: np.ndarray, sizes: np.ndarray, scale: np.ndarray,
+                  chunk_enc: np.ndarray) -> np.ndarray:
+    """`_least_between`'s bytes at most: a chunk partly outside the array at its fraction's bytes and a byte more."""
+    part = cells - whole
+    return whole * chunk_enc + (sizes - whole) * chunk_enc + part + 1e-9 * (scale + 1) * chunk_enc

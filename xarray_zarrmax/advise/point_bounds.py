@@ -71,28 +71,38 @@ class PointBounds:
                          start: np.ndarray, stop: np.ndarray, dims: list[int], points: np.ndarray,
                          ranked: bool = False) -> np.ndarray:
         """Per layout, the requests at least of a pointwise read (its box ``start`` to ``stop``, its ``points``
+        along ``dims``) from each shard's own alignment (`aligned_reads`)."""
+        return self.aligned_reads(chunks, outer, sharded, per_object, start, stop, dims, points, ranked)[0]
+
+    def aligned_reads(self, chunks: np.ndarray, outer: np.ndarray, sharded: np.ndarray, per_object: np.ndarray,
+                      start: np.ndarray, stop: np.ndarray, dims: list[int],
+                      points: np.ndarray, ranked: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Per layout, the requests at least of a pointwise read (its box ``start`` to ``stop``, its ``points``
         along ``dims``) from each shard's own alignment (`merges.point_breaks`; ``ranked``: from its chunks'
         ranks, as `bounds.SearchBounds` asks from `PAIRWISE` on): an index and a run a shard read by ranges, a run
-        more each break between its chunks, a request at least a shard read whole; 0 (no bound) for layouts not
-        sharded, where the read touches more than one chunk along a dimension it does not point along, or past
+        more each break between its chunks, a request at least a shard read whole; and (``ranked``, on an object
+        store) the bytes at least between the chunks its runs merge. 0 (no bound) for layouts not sharded, where
+        the read touches more than one chunk along a dimension it does not point along, or past
         `merges.MOST_POINTS` points."""
-        out = np.zeros(chunks.shape[0])
+        out, between = np.zeros(chunks.shape[0]), np.zeros(chunks.shape[0])
         if points.shape[0] > MOST_POINTS:
-            return out
+            return out, between
         others = [d for d in range(self.shape.size) if d not in dims]
         single = np.all(start[others] // chunks[:, others]
                         == (stop[others] - 1) // chunks[:, others], axis=1)
         rows = np.flatnonzero(np.asarray(sharded, dtype=bool) & (per_object > 1) & single)
         if rows.size == 0:
-            return out
+            return out, between
         rows = rows[np.lexsort(chunks[rows].T)]  # a chunk shape's layouts together: its points' chunks found once
         at = np.repeat(start[None], points.shape[0], axis=0)
         at[:, dims] = points
-        shards, ranged, breaks = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at,
-                                              self._chunk_enc(chunks[rows]), self.gap,
-                                              self.reader.full_shard_fraction, self.compressed, ranked)
+        shards, ranged, breaks, merged = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at,
+                                                      self._chunk_enc(chunks[rows]), self.gap,
+                                                      self.reader.full_shard_fraction, self.compressed, ranked)
         out[rows] = shards + ranged + breaks
-        return out
+        if not self.reader.local:  # (a local read of a large shard's ranges is read in pieces: no gap known read)
+            between[rows] = merged
+        return out, between
 
     def components_of(self, chunks: np.ndarray, start: np.ndarray, stop: np.ndarray, dims: list[int],
                       points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
