@@ -556,3 +556,18 @@ def test_the_breaks_at_the_edge_of_int64s_room_are_the_same_compiled_or_not(monk
         patch.setattr(kernels, "compiled", None)
         want = merges.point_breaks(*args)
     assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[2.0], [2.0], [1.0], [0.0]]
+
+
+@compiled
+def test_the_breaks_of_an_array_near_2_to_the_63_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An array 2^63 - 1 long (an adversarial review's case): the kernel's grid of chunks and of shards worked out
+    without a sum that wraps (it had counted no break and -4 bytes merged where numpy counts 3 and 7)."""
+    from xarray_zarrmax.advise import merges
+
+    args = (np.asarray([[3]]), np.asarray([[1 << 62]]), np.asarray([(1 << 63) - 1]),
+            np.asarray([[5], [9], [1000], [(1 << 63) - 2], [(1 << 63) - 10]]), np.asarray([7.0]), 10, 0.5, True, True)
+    got = merges.point_breaks(*args)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "compiled", None)
+        want = merges.point_breaks(*args)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[1.0], [1.0], [3.0], [7.0]]

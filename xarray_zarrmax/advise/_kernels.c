@@ -973,11 +973,11 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                              r);
                 goto done;
             }
-            grid[d] = (shape[d] + c[d] - 1) / c[d];
+            grid[d] = shape[d] / c[d] + (shape[d] % c[d] != 0); /* (no sum: a shape near 2^63 would wrap) */
             bits[d] = bit_length(per[d] - 1);
             total_bits += bits[d];
             if (bits[d] > most_bits) most_bits = bits[d];
-            across[d] = (grid[d] + per[d] - 1) / per[d];
+            across[d] = grid[d] / per[d] + (grid[d] % per[d] != 0);
             shift[d] = (per[d] & (per[d] - 1)) == 0 ? bits[d] : -1;
             key_room = saturated_product(key_room, across[d]);
         }
@@ -988,7 +988,11 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         int64_t at = 0;
         unsigned char code_dim[64], code_bit[64]; /* each code position's dimension and bit, for the codes below */
         unsigned char short_last[64]; /* compressed, and the array's last chunk along d partly outside: smaller */
-        for (Py_ssize_t d = 0; d < ndim; d++) short_last[d] = compressed && shape[d] % c[d] != 0;
+        double last_lacks[64]; /* what the array's last chunk along d lacks of a whole one, where it is short */
+        for (Py_ssize_t d = 0; d < ndim; d++) {
+            short_last[d] = compressed && shape[d] % c[d] != 0;
+            last_lacks[d] = short_last[d] ? 1.0 - (double)(shape[d] % c[d]) / (double)c[d] : 0.0;
+        }
         for (int64_t bit = 0; bit < most_bits; bit++)
             for (Py_ssize_t d = 0; d < ndim; d++)
                 if (bits[d] > bit) {
@@ -1074,7 +1078,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                         const int64_t stored = min64(per[d], grid[d] - s[d] * per[d]);
                         const int partial = short_last[d] && s[d] * per[d] + stored == grid[d];
                         const int64_t full_end = stored - 1 - partial, last_at = stored - 1;
-                        lack[d] = partial ? 1.0 - (double)(shape[d] % c[d]) / (double)c[d] : 0.0;
+                        lack[d] = partial ? last_lacks[d] : 0.0;
                         const int64_t a = min64(lx | mask, full_end) - lx + 1;
                         const int64_t b = min64(ly, full_end) - (ly & ~mask) + 1;
                         after *= a > 0 ? a : 0;
