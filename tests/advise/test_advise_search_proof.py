@@ -470,3 +470,35 @@ def test_the_merged_gaps_raise_pairwise_bounds_of_scattered_points_and_stay_belo
     for i, layout in enumerate(layouts):
         terms = dict(predicted[layout].terms)
         assert _below(pairwise[i], terms), (layout, dict(zip(TERMS, pairwise[i], strict=True)), terms)
+
+
+def test_the_second_phase_skipping_quick_costs_the_same_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scattered points on a 4-D array on an object store, under a wide spread (hundreds of ties): with batches of 64
+    and `QUICK` skipped after the first whatever it leaves (`search._LEAVES_ALL` 0), the second phase takes fewer
+    layouts to `QUICK` and costs the same layouts, with the same scores and ties, as with it."""
+    from xarray_zarrmax.advise import search
+
+    shape, dims = (20, 6, 15, 18), DIMS
+    rng = np.random.default_rng(42)
+    cells = np.unravel_index(rng.choice(math.prod(shape), size=12, replace=False), shape)
+    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False,
+                  spread=(("latency_s", 0.006, 0.06), ("request_s", 3e-4, 2e-3), ("request_bps", 2e7, 3e8)))
+    at_quick = [0]
+    terms = SearchBounds.terms
+
+    def counted(self, chunks, outer, sharded, per_object, level=RANGES):  # type: ignore[no-untyped-def]
+        at_quick[0] += len(chunks) if level == QUICK else 0
+        return terms(self, chunks, outer, sharded, per_object, level)
+
+    monkeypatch.setattr(SearchBounds, "terms", counted)
+    monkeypatch.setattr(search, "_BATCH", 64)
+    runs = []
+    for leaves_all in (2.0, 0.0):  # never skipped; skipped after the first batch
+        monkeypatch.setattr(search, "_LEAVES_ALL", leaves_all)
+        at_quick[0] = 0
+        found = rank(shape, dims, 4, mix, costs=costs, reader=Reader(local=False))
+        runs.append((at_quick[0], [(str(c.layout), c.score, c.tied) for c in found]))
+    (quick_with, with_quick), (quick_without, without_quick) = runs
+    assert without_quick == with_quick and sum(tied for _, _, tied in with_quick) > 100
+    assert quick_without < quick_with, (quick_without, quick_with)
