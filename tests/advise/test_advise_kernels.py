@@ -571,3 +571,102 @@ def test_the_breaks_of_an_array_near_2_to_the_63_are_the_same_compiled_or_not(mo
         patch.setattr(kernels, "compiled", None)
         want = merges.point_breaks(*args)
     assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[1.0], [1.0], [3.0], [7.0]]
+
+
+@compiled
+def test_the_kernels_split_over_threads_give_the_rows_of_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernels.across_threads` with three threads and parts of a row or more (the kernels run without the GIL): a
+    search of scattered points on a 4-D array on an object store calls the breaks' and the listing's kernels in more
+    parts than calls, and ranks the same layouts with the same scores and ties as in one thread."""
+    import math
+
+    from xarray_zarrmax.advise import Costs, Points, Reader, rank
+
+    assert kernels.compiled is not None
+    shape, dims = (20, 6, 15, 18), ("time", "lev", "lat", "lon")
+    rng = np.random.default_rng(42)
+    cells = np.unravel_index(rng.choice(math.prod(shape), size=12, replace=False), shape)
+    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False,
+                  spread=(("latency_s", 0.006, 0.06), ("request_s", 3e-4, 2e-3), ("request_bps", 2e7, 3e8)))
+    calls: dict[str, int] = {}
+    for name in ("point_breaks", "listed_floor"):
+        kernel = getattr(kernels.compiled, name)
+
+        def counted(*args, _kernel=kernel, _name=name):  # type: ignore[no-untyped-def]
+            calls[_name] = calls.get(_name, 0) + 1
+            return _kernel(*args)
+
+        monkeypatch.setattr(kernels.compiled, name, counted)
+    runs = []
+    for threads, rows in ((1, 2048), (3, 1)):
+        monkeypatch.setattr(kernels, "THREADS", threads)
+        monkeypatch.setattr(kernels, "ROWS_A_THREAD", rows)
+        calls.clear()
+        found = rank(shape, dims, 4, mix, costs=costs, reader=Reader(local=False))
+        runs.append((dict(calls), [(str(c.layout), c.score, c.tied) for c in found]))
+    (one_calls, one), (split_calls, split) = runs
+    assert split == one and sum(tied for _, _, tied in one) > 100
+    for name in ("point_breaks", "listed_floor"):
+        assert split_calls[name] > one_calls[name], (name, one_calls, split_calls)
+    # and each kernel's own rows, split or not: the breaks of random layouts, the listed bounds of every sharding of
+    # some chunk shapes
+    from xarray_zarrmax.advise import merges, pattern_selections
+    from xarray_zarrmax.advise.bounds import QUICK, SearchBounds
+    from xarray_zarrmax.advise.candidates import shardings
+    from xarray_zarrmax.advise.patterns import parse_patterns, weight
+
+    k = 50
+    chunks = np.stack([rng.integers(1, n + 1, k) for n in shape], axis=1)
+    per = 1 + (rng.random((k, 4)) * -(-np.asarray(shape)[None] // chunks)).astype(np.int64)
+    points = np.stack([rng.integers(0, n, 30) for n in shape], axis=1)
+    args = (chunks, per, np.asarray(shape), points, rng.choice([7.0, 4096.0], k), 5000, 0.5, True, True)
+    patterns = parse_patterns(mix)
+    bounds = SearchBounds({n: pattern_selections(n, spec, dims, shape) for n, spec in patterns.items()},
+                          {n: weight(spec) for n, spec in patterns.items()}, shape, 4, costs, Reader(local=False))
+    grid = chunks[:8]
+    whole = np.broadcast_to(np.asarray(shape), grid.shape)
+    floor = bounds.terms(grid, whole, np.ones(len(grid), dtype=bool), np.ones(len(grid)), QUICK)
+    at, _, which = shardings(grid, shape)
+    rows = []
+    for threads, least in ((1, 2048), (3, 1)):
+        monkeypatch.setattr(kernels, "THREADS", threads)
+        monkeypatch.setattr(kernels, "ROWS_A_THREAD", least)
+        rows.append((np.stack(merges.point_breaks(*args)), bounds.sharded_floor(floor, grid, at, which)))
+    assert len(at) > 10
+    for one_rows, split_rows in zip(*rows, strict=True):
+        np.testing.assert_array_equal(split_rows, one_rows)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_splits_the_kernels_with_a_pool_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that split a kernel over threads, then forked (a dask worker, a multiprocessing pool): the child's
+    split runs on threads of its own (the parent's pool has none there: work given to it waited forever)."""
+    import threading
+    import time
+    import warnings
+
+    monkeypatch.setattr(kernels, "THREADS", 2)
+    monkeypatch.setattr(kernels, "ROWS_A_THREAD", 1)
+    seen: list[tuple[int, int]] = []
+    both = threading.Barrier(2, timeout=10)  # both parts at once: the pool's two threads started
+
+    def part(lo: int, hi: int) -> None:
+        both.wait()
+        seen.append((lo, hi))
+
+    kernels.across_threads(4, part)
+    assert sorted(seen) == [(0, 2), (2, 4)] and kernels._pool is not None
+    time.sleep(0.2)  # the pool's threads idle, as long after a search
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (forking a process that has threads: on purpose)
+        pid = os.fork()
+    if pid == 0:  # the child: its split, waited for at most 10 s
+        done: list[int] = []
+        split = threading.Thread(target=kernels.across_threads, args=(4, lambda lo, hi: done.append(hi - lo)),
+                                 daemon=True)
+        split.start()
+        split.join(10)
+        os._exit(0 if sorted(done) == [2, 2] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # 1: the child's split did not end

@@ -963,16 +963,20 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    for (Py_ssize_t r = 0; r < k; r++)
+        for (Py_ssize_t d = 0; d < ndim; d++)
+            if (chunks_all[r * ndim + d] < 1 || per_all[r * ndim + d] < 1 || shape[d] < 1) {
+                PyErr_Format(PyExc_ValueError, "point_breaks: layout %zd: chunks, shards and shape must be positive",
+                             r);
+                goto done;
+            }
+    /* no Python below, to the end of the layouts: other threads run (merges.point_breaks splits a large call) */
+    Py_BEGIN_ALLOW_THREADS
     const int64_t *celled = NULL; /* the chunk shape `cell` holds the points' chunks of */
     for (Py_ssize_t r = 0; r < k; r++) {
         const int64_t *c = chunks_all + r * ndim, *per = per_all + r * ndim;
         int64_t key_room = 1, total_bits = 0, most_bits = 0;
         for (Py_ssize_t d = 0; d < ndim; d++) {
-            if (c[d] < 1 || per[d] < 1 || shape[d] < 1) {
-                PyErr_Format(PyExc_ValueError, "point_breaks: layout %zd: chunks, shards and shape must be positive",
-                             r);
-                goto done;
-            }
             grid[d] = shape[d] / c[d] + (shape[d] % c[d] != 0); /* (no sum: a shape near 2^63 would wrap) */
             bits[d] = bit_length(per[d] - 1);
             total_bits += bits[d];
@@ -1126,6 +1130,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         breaks_out[r] = breaks;
         merged_out[r] = merged;
     }
+    Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -1213,6 +1218,7 @@ static PyObject *listed_floor(PyObject *self, PyObject *args) {
     const double concurrency = scalars[0], fraction = scalars[1], latency_s = scalars[2], request_s = scalars[3],
                  connect_s = scalars[4], index_s = scalars[5], index_entry_s = scalars[6], most = scalars[7];
     const double slots = concurrency > 1.0 ? concurrency : 1.0;
+    Py_BEGIN_ALLOW_THREADS /* no Python below: other threads run (listed.listed_rows splits a large call) */
     for (Py_ssize_t i = 0; i < n; i++) {
         const int64_t o = owner[i];
         const int64_t *w = which + i * ndim;
@@ -1275,6 +1281,7 @@ static PyObject *listed_floor(PyObject *self, PyObject *args) {
         if (idx * per_object * index_entry_s > out[4]) out[4] = idx * per_object * index_entry_s;
         out[8] += idx * 16 * (per_object - 1) / most;
     }
+    Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
     result = Py_None;
 done:;

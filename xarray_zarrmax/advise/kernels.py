@@ -8,11 +8,16 @@ the sharded layouts of many chunk shapes (`candidates.shardings`), their listed 
 sharded_floor`) and the test of which could tie with the fastest (`search.could_tie`). Each also has a numpy
 form, the reference its compiled form (`_kernels.c`) is tested against, and the one used where the package was
 installed without a C compiler (setup.py builds the extension as optional): the same counts, the longest searches
-slower (1.6x before `merges`, measured; its numpy forms cost more). `in_use` says which a search runs.
+slower (1.6x before `merges`, measured; its numpy forms cost more). `in_use` says which a search runs. The two that
+take most of a search of scattered points (the breaks of `merges`, the listed bound) run without the GIL, a large call
+split over the machine's cores (`across_threads`).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 import numpy as np
@@ -22,6 +27,43 @@ try:
     from xarray_zarrmax.advise import _kernels as compiled
 except ImportError:  # installed without a C compiler: the numpy forms
     compiled = None
+
+#: Threads a large call of a kernel that lets them run (`across_threads`) is split over: the machine's cores, up to 4
+THREADS = max(1, min(4, os.cpu_count() or 1))
+
+#: Rows at least in each thread's part: below, one call (a thread's start costs about as much as 100 rows of the
+#: costliest kernel)
+ROWS_A_THREAD = 2048
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool's threads are not there (work given to it would wait forever)."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def across_threads(rows: int, work: Callable[[int, int], None]) -> None:
+    """``work(lo, hi)`` over ``range(rows)`` in `THREADS` contiguous parts at once, each of at least `ROWS_A_THREAD`
+    rows (one call where there are fewer): for a kernel that writes each row's outputs alone and runs without the
+    GIL. An exception in any part is raised here once all have ended."""
+    parts = min(THREADS, rows // ROWS_A_THREAD)
+    if parts <= 1:
+        work(0, rows)
+        return
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
+    edges = [rows * i // parts for i in range(parts + 1)]
+    futures = [_pool.submit(work, lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    for future in futures:
+        future.result()
+
 
 def in_use() -> str:
     """The kernels a search started now runs: "C" (`_kernels.c`), or "numpy" (not built, or set aside as the

@@ -25,13 +25,21 @@ def listed_rows(tables: ListedTables, owner: np.ndarray, which: np.ndarray, scal
     n, ndim = which.shape
     m = tables.table.shape[0]
     rows = np.empty((n, tables.floor.shape[1]))
-    ints, floats = kernels.ints, kernels.floats
-    kernels.compiled.listed_floor(n, m, ndim, tables.weights.size, reads.pattern.size, ints(owner), ints(which),
-                                  ints(tables.table), floats(tables.floor), floats(tables.weights),
-                                  ints(tables.windows), ints(tables.first_pointed), floats(tables.logmean),
-                                  floats(tables.corner), ints(reads.pattern), ints(reads.first), floats(reads.held),
-                                  floats(reads.objects), floats(reads.touched), floats(reads.merged),
-                                  floats(reads.joined), floats(scalars), rows)
+    if n == 0:
+        return rows
+    compiled, ints, floats = kernels.compiled, kernels.ints, kernels.floats
+    owner, which, held = ints(owner), ints(which), floats(reads.held).reshape(-1, n)
+    shared = (ints(tables.table), floats(tables.floor), floats(tables.weights), ints(tables.windows),
+              ints(tables.first_pointed), floats(tables.logmean), floats(tables.corner), ints(reads.pattern),
+              ints(reads.first))
+    per_shape = (floats(reads.objects), floats(reads.touched), floats(reads.merged), floats(reads.joined),
+                 floats(scalars))
+
+    def part(lo: int, hi: int) -> None:  # (the kernel runs without the GIL: parts at once on a machine's cores)
+        compiled.listed_floor(hi - lo, m, ndim, tables.weights.size, reads.pattern.size, owner[lo:hi], which[lo:hi],
+                              *shared, np.ascontiguousarray(held[:, lo:hi]), *per_shape, rows[lo:hi])
+
+    kernels.across_threads(n, part)
     return rows
 
 

@@ -200,10 +200,15 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
         return shards, ranged, breaks, merged
     gap = min(int(gap), _SATURATED)
     if kernels.compiled is not None:  # (it leaves the layouts past int64's room at 0 itself, as below)
-        ints = kernels.ints
-        kernels.compiled.point_breaks(k, ndim, points.shape[0], ints(chunks), ints(per), ints(shape), ints(points),
-                                      kernels.floats(chunk_enc), gap, float(fraction), bool(compressed), bool(ranked),
-                                      shards, ranged, breaks, merged)
+        compiled, ints = kernels.compiled, kernels.ints
+        chunks, per, shape, points, enc = ints(chunks), ints(per), ints(shape), ints(points), kernels.floats(chunk_enc)
+
+        def part(lo: int, hi: int) -> None:  # (the kernel runs without the GIL: parts at once on a machine's cores)
+            compiled.point_breaks(hi - lo, ndim, points.shape[0], chunks[lo:hi], per[lo:hi], shape, points, enc[lo:hi],
+                                  gap, float(fraction), bool(compressed), bool(ranked), shards[lo:hi], ranged[lo:hi],
+                                  breaks[lo:hi], merged[lo:hi])
+
+        kernels.across_threads(k, part)
         return shards, ranged, breaks, merged
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)
