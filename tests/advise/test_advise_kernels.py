@@ -543,34 +543,35 @@ def test_the_compiled_breaks_of_one_chunk_shape_in_a_row_are_the_numpy_ones(
     assert want[0][3] == 0 and (want[0] > 1).sum() >= 4 and (want[2] > 0).sum() >= 4, want
 
 
+_EDGES = {
+    # a grid of 2^62 - 1 shards, whose float product rounds up to 2^62 (an adversarial review's case): both forms work
+    # it out, as the kernel's exact product says it fits, where numpy's float test had left it unbounded
+    "2^62 - 1 shards": ((np.asarray([[1, 1]]), np.asarray([[2, 2]]), np.asarray([2 * (2**31 + 1), 2 * (2**31 - 1)]),
+                         np.asarray([[0, 0], [1, 1], [0, 1], [5, 5]]), np.asarray([10.0]), 0, 1.0, True, False),
+                        [[2.0], [2.0], [1.0], [0.0]]),
+    # an array 2^63 - 1 long (another review's case): the kernel's grids of chunks and shards worked out without a sum
+    # that wraps (it had counted no break and -4 bytes merged where numpy counts 3 and 7)
+    "2^63 - 1 long": ((np.asarray([[3]]), np.asarray([[1 << 62]]), np.asarray([(1 << 63) - 1]),
+                       np.asarray([[5], [9], [1000], [(1 << 63) - 2], [(1 << 63) - 10]]), np.asarray([7.0]), 10, 0.5,
+                       True, True),
+                      [[1.0], [1.0], [3.0], [7.0]]),
+}
+
+
 @compiled
-def test_the_breaks_at_the_edge_of_int64s_room_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A grid of 2^62 - 1 shards, whose float product rounds up to 2^62 (an adversarial review's case): both forms work
-    it out, as the kernel's exact product says it fits, where numpy's float test had left it unbounded."""
+@pytest.mark.parametrize("edge", list(_EDGES))
+def test_the_breaks_at_the_edge_of_int64s_room_are_the_same_compiled_or_not(edge: str,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays and grids at the edge of int64's room: the same breaks compiled or not, and the ones worked out by
+    hand."""
     from xarray_zarrmax.advise import merges
 
-    args = (np.asarray([[1, 1]]), np.asarray([[2, 2]]), np.asarray([2 * (2**31 + 1), 2 * (2**31 - 1)]),
-            np.asarray([[0, 0], [1, 1], [0, 1], [5, 5]]), np.asarray([10.0]), 0, 1.0, True, False)
+    args, expected = _EDGES[edge]
     got = merges.point_breaks(*args)
     with monkeypatch.context() as patch:
         patch.setattr(kernels, "compiled", None)
         want = merges.point_breaks(*args)
-    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[2.0], [2.0], [1.0], [0.0]]
-
-
-@compiled
-def test_the_breaks_of_an_array_near_2_to_the_63_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An array 2^63 - 1 long (an adversarial review's case): the kernel's grid of chunks and of shards worked out
-    without a sum that wraps (it had counted no break and -4 bytes merged where numpy counts 3 and 7)."""
-    from xarray_zarrmax.advise import merges
-
-    args = (np.asarray([[3]]), np.asarray([[1 << 62]]), np.asarray([(1 << 63) - 1]),
-            np.asarray([[5], [9], [1000], [(1 << 63) - 2], [(1 << 63) - 10]]), np.asarray([7.0]), 10, 0.5, True, True)
-    got = merges.point_breaks(*args)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernels, "compiled", None)
-        want = merges.point_breaks(*args)
-    assert [g.tolist() for g in got] == [w.tolist() for w in want] == [[1.0], [1.0], [3.0], [7.0]]
+    assert [g.tolist() for g in got] == [w.tolist() for w in want] == expected
 
 
 @compiled

@@ -59,6 +59,24 @@ def _case(seed: int) -> tuple[tuple[int, ...], tuple[str, ...], dict, Costs, Rea
     return shape, dims, {n: every[n] for n in names}, costs, reader
 
 
+def _scattered(shape: tuple[int, ...], count: int, seed: int) -> dict[str, object]:
+    """A mix of one read of ``count`` distinct random points along every dimension of an array of ``shape``."""
+    rng = np.random.default_rng(seed)
+    cells = np.unravel_index(rng.choice(math.prod(shape), size=count, replace=False), shape)
+    return {"points": (1.0, Points(dict(zip(DIMS[-len(shape):], (c.tolist() for c in cells), strict=True))))}
+
+
+def _sharded_sample(shape: tuple[int, ...], mix: dict[str, object], costs: Costs, reader: Reader,
+                    seed: int) -> tuple[SearchBounds, list[Layout]]:
+    """The search's bounds of ``mix`` and 300 of the grid's sharded layouts, drawn at random."""
+    patterns = parse_patterns(mix)
+    dims = DIMS[-len(shape):]
+    bounds = SearchBounds({n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()},
+                          {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
+    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
+    return bounds, [layouts[i] for i in np.random.default_rng(seed).permutation(len(layouts))[:300]]
+
+
 def _rows(layouts: list[Layout]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return (np.asarray([lay.chunks for lay in layouts]), np.asarray([lay.outer for lay in layouts]),
             np.asarray([lay.shards is not None for lay in layouts]),
@@ -420,16 +438,10 @@ def test_the_aligned_requests_raise_listed_bounds_of_scattered_points_and_stay_b
     requests of many sharded layouts' `LISTED` bounds are raised by their shards' alignment (`SearchBounds.aligned`),
     and every raised row stays, term by term, at most the model's prediction."""
     shape, dims = (40, 10, 30, 36), DIMS
-    rng = np.random.default_rng(42)
-    cells = np.unravel_index(rng.choice(math.prod(shape), size=20, replace=False), shape)
-    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    mix = _scattered(shape, 20, 42)
     costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, local=False)
     reader = Reader(local=False)
-    patterns = parse_patterns(mix)
-    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
-    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
-    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
-    layouts = [layouts[i] for i in rng.permutation(len(layouts))[:300]]
+    bounds, layouts = _sharded_sample(shape, mix, costs, reader, 42)
     chunks, outer, _, per_object = _rows(layouts)
     whole = np.broadcast_to(np.asarray(shape), chunks.shape)
     floor = bounds.terms(chunks, whole, np.ones(len(layouts), dtype=bool), np.ones(len(layouts)), QUICK)
@@ -451,16 +463,10 @@ def test_the_merged_gaps_raise_pairwise_bounds_of_scattered_points_and_stay_belo
     its transfer is above `QUICK`'s for many layouts (where the ranges' level alone had them), and every row stays,
     term by term, at most the model's prediction."""
     shape, dims = (45, 10, 31, 37), DIMS
-    rng = np.random.default_rng(43)
-    cells = np.unravel_index(rng.choice(math.prod(shape), size=24, replace=False), shape)
-    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    mix = _scattered(shape, 24, 43)
     costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False)
     reader = Reader(local=False, coalesce_gap=4000)
-    patterns = parse_patterns(mix)
-    selections = {n: pattern_selections(n, s, dims, shape) for n, s in patterns.items()}
-    bounds = SearchBounds(selections, {n: weight(s) for n, s in patterns.items()}, shape, 4, costs, reader)
-    layouts = [lay for lay in candidate_layouts(shape, 4) if lay.shards is not None]
-    layouts = [layouts[i] for i in rng.permutation(len(layouts))[:300]]
+    bounds, layouts = _sharded_sample(shape, mix, costs, reader, 43)
     chunks, outer, sharded, per_object = _rows(layouts)
     quick, pairwise = (bounds.terms(chunks, outer, sharded, per_object, level) for level in (QUICK, PAIRWISE))
     moved = [TERMS.index(name) for name in ("request_bps", "aggregate_bps", "transfer")]
@@ -479,9 +485,7 @@ def test_the_second_phase_skipping_quick_costs_the_same_layouts(monkeypatch: pyt
     from xarray_zarrmax.advise import search
 
     shape, dims = (20, 6, 15, 18), DIMS
-    rng = np.random.default_rng(42)
-    cells = np.unravel_index(rng.choice(math.prod(shape), size=12, replace=False), shape)
-    mix = {"points": (1.0, Points(dict(zip(dims, (c.tolist() for c in cells), strict=True))))}
+    mix = _scattered(shape, 12, 42)
     costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False,
                   spread=(("latency_s", 0.006, 0.06), ("request_s", 3e-4, 2e-3), ("request_bps", 2e7, 3e8)))
     at_quick = [0]
