@@ -671,3 +671,27 @@ def test_a_forked_child_splits_the_kernels_with_a_pool_of_its_own(monkeypatch: p
         os._exit(0 if sorted(done) == [2, 2] else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0  # 1: the child's split did not end
+
+
+def test_a_failing_part_is_raised_once_every_part_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernels.across_threads` with a part that fails at once and one still working: the error comes after both
+    ended (no part still writes into the caller's arrays when it reaches the caller)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(kernels, "THREADS", 2)
+    monkeypatch.setattr(kernels, "ROWS_A_THREAD", 1)
+    ended: list[int] = []
+    started = threading.Event()
+
+    def work(lo: int, hi: int) -> None:
+        if lo == 0:
+            started.wait(10)
+            raise ValueError("part 0 failed")
+        started.set()
+        time.sleep(0.3)
+        ended.append(lo)
+
+    with pytest.raises(ValueError, match="part 0 failed"):
+        kernels.across_threads(2, work)
+    assert ended == [1]

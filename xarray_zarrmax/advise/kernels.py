@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from types import ModuleType
 
 import numpy as np
@@ -61,6 +61,7 @@ def across_threads(rows: int, work: Callable[[int, int], None]) -> None:
         _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
     edges = [rows * i // parts for i in range(parts + 1)]
     futures = [_pool.submit(work, lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    wait(futures)  # every part ended before any error is raised: none still writes into the caller's arrays then
     for future in futures:
         future.result()
 
