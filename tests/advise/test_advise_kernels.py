@@ -695,3 +695,18 @@ def test_a_failing_part_is_raised_once_every_part_has_ended(monkeypatch: pytest.
     with pytest.raises(ValueError, match="part 0 failed"):
         kernels.across_threads(2, work)
     assert ended == [1]
+
+
+def test_parts_the_pool_refuses_run_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter shutting down (a search in a thread still running then, or in an atexit handler: a review's
+    case), the pool refuses new work: `kernels.across_threads` runs those parts itself, every row once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(kernels, "THREADS", 3)
+    monkeypatch.setattr(kernels, "ROWS_A_THREAD", 1)
+    closed = ThreadPoolExecutor(1)
+    closed.shutdown()
+    monkeypatch.setattr(kernels, "_pool", closed)
+    seen: list[tuple[int, int]] = []
+    kernels.across_threads(6, lambda lo, hi: seen.append((lo, hi)))
+    assert sorted(seen) == [(0, 2), (2, 4), (4, 6)]

@@ -16,6 +16,7 @@ split over the machine's cores (`across_threads`).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from types import ModuleType
@@ -36,12 +37,14 @@ THREADS = max(1, min(4, os.cpu_count() or 1))
 ROWS_A_THREAD = 2048
 
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()  # (two searches in two threads make one pool)
 
 
 def _forget_pool() -> None:
-    """In a forked child: the parent's pool's threads are not there (work given to it would wait forever)."""
-    global _pool
-    _pool = None
+    """In a forked child: the parent's pool's threads are not there (work given to it would wait forever), nor is
+    whichever thread held the lock."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -51,17 +54,29 @@ if hasattr(os, "register_at_fork"):
 def across_threads(rows: int, work: Callable[[int, int], None]) -> None:
     """``work(lo, hi)`` over ``range(rows)`` in `THREADS` contiguous parts at once, each of at least `ROWS_A_THREAD`
     rows (one call where there are fewer): for a kernel that writes each row's outputs alone and runs without the
-    GIL. An exception in any part is raised here once all have ended."""
+    GIL. A part the pool refuses (the interpreter shutting down) runs in this thread. An exception in any part is
+    raised here once all have ended."""
     parts = min(THREADS, rows // ROWS_A_THREAD)
     if parts <= 1:
         work(0, rows)
         return
     global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
+        pool = _pool
     edges = [rows * i // parts for i in range(parts + 1)]
-    futures = [_pool.submit(work, lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    wait(futures)  # every part ended before any error is raised: none still writes into the caller's arrays then
+    futures, here = [], []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        try:
+            futures.append(pool.submit(work, lo, hi))
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+            here.append((lo, hi))
+    try:
+        for lo, hi in here:
+            work(lo, hi)
+    finally:
+        wait(futures)  # every part ended before any error is raised: none still writes into the caller's arrays then
     for future in futures:
         future.result()
 
