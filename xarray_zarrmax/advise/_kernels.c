@@ -818,10 +818,10 @@ done:
     return result;
 }
 
-/* the cells of the box [0, region) whose Morton codes are less than `code` (the cell at `local`): per bit of the code
- * that is 1, those sharing the code above it with 0 there, a product over dimensions (merges._ranks) */
-/* merges._ranks of one cell three ways: the whole cells of the shard before it (in [0, whole)), its stored cells
- * before it (in [0, stored)), and their sizes summed, the last stored cell along d at 1 - lack[d] of a whole one */
+/* merges._ranks of the cell at `local` (its Morton code `code`), three ways: the shard's whole cells whose codes are
+ * less (in the box [0, whole)), its stored cells whose codes are less (in [0, stored)), and their sizes summed, the last
+ * stored cell along d at 1 - lack[d] of a whole one. Per bit of the code that is 1, those sharing the code above it
+ * with 0 there, a product over dimensions */
 static void rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
                     const int64_t *bits, const int64_t *whole, const int64_t *stored, const double *lack,
                     Py_ssize_t ndim, int64_t *whole_out, int64_t *stored_out, double *size_out) {
@@ -1024,8 +1024,10 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             }
             for (; position < at; position++) /* Morton: each position's (bit, dimension), in order */
                 code |= ((local[code_dim[position]] >> code_bit[position]) & 1) << position;
-            if (packed)
+            if (packed) { /* (placed below, once sorted) */
                 words[i] = ((uint64_t)key << (total_bits + at_bits)) | ((uint64_t)code << at_bits) | (uint64_t)i;
+                continue;
+            }
             placed[i].key = key;
             placed[i].code = code;
             placed[i].at = i;
@@ -1073,7 +1075,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                     int x_full = 1, y_full = 1;
                     int64_t *lxs = scratch, *lys = scratch + ndim, *region = scratch + 2 * ndim;
                     int64_t *ends = scratch + 3 * ndim;
-                    double *lack = lacks;
+                    double *lack = lacks; /* (this shard's: 0 along d unless it holds the array's short last chunk) */
                     for (Py_ssize_t d = 0; d < ndim; d++) {
                         int64_t free = d < dim ? level + 1 : level;
                         if (free > bits[d]) free = bits[d];
@@ -1112,13 +1114,12 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                                 &all_y, &size_y);
                         rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ends, lack, ndim,
                                 &whole_x, &all_x, &size_x);
-                        const double least = least_between(whole_y - whole_x - x_full, all_y - all_x - 1,
-                                                           size_y - size_x - x_size, size_y, enc[r]);
+                        const int64_t whole = whole_y - whole_x - x_full, cells = all_y - all_x - 1;
+                        const double sizes = size_y - size_x - x_size;
+                        const double least = least_between(whole, cells, sizes, size_y, enc[r]);
                         cut = least > (double)gap;
                         /* merged in one range whatever the rounding: the bytes between are read too */
-                        if (most_between(whole_y - whole_x - x_full, all_y - all_x - 1, size_y - size_x - x_size,
-                                         size_y, enc[r]) <= (double)gap)
-                            merged += least;
+                        if (most_between(whole, cells, sizes, size_y, enc[r]) <= (double)gap) merged += least;
                     }
                     if (cut) breaks += 1.0;
                 }
