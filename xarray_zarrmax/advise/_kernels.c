@@ -821,7 +821,9 @@ done:
 /* merges._ranks of the cell at `local` (its Morton code `code`), three ways: the shard's whole cells whose codes are
  * less (in the box [0, whole)), its stored cells whose codes are less (in [0, stored)), and their sizes summed, the last
  * stored cell along d at 1 - lack[d] of a whole one. Per bit of the code that is 1, those sharing the code above it
- * with 0 there, a product over dimensions */
+ * with 0 there, a product over dimensions; of the first `positions` bits only (a bit's term depends on the code above
+ * it alone, so two cells whose codes first differ at position p have the same terms above p: point_breaks counts the
+ * difference of their ranks to p) */
 static void rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
                     const int64_t *bits, const int64_t *whole, const int64_t *stored, const double *lack,
                     Py_ssize_t ndim, int64_t *whole_out, int64_t *stored_out, double *size_out) {
@@ -1068,7 +1070,8 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                 for (Py_ssize_t e = begin + 1; e < end; e++) {
                     if (placed[e].code == placed[e - 1].code) continue;
                     const int64_t *x = cell + placed[e - 1].at * ndim, *y = cell + placed[e].at * ndim;
-                    const int64_t split = where_bit[bit_length(placed[e - 1].code ^ placed[e].code) - 1];
+                    const int64_t split_at = bit_length(placed[e - 1].code ^ placed[e].code) - 1;
+                    const int64_t split = where_bit[split_at];
                     const int64_t level = split / ndim, dim = split % ndim;
                     int64_t after = 1, before = 1, after_all = 1, before_all = 1;
                     double after_size = 1.0, before_size = 1.0, x_size = 1.0, y_size = 1.0;
@@ -1107,12 +1110,12 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                     int cut = least_between(after - x_full + before - y_full, after_all - 1 + before_all - 1,
                                             after_size - x_size + before_size - y_size, after_size + before_size,
                                             enc[r]) > (double)gap;
-                    if (ranked && !cut) { /* every stored chunk between them, from their ranks */
+                    if (ranked && !cut) { /* every stored chunk between them, from their ranks (to the split) */
                         int64_t whole_y, whole_x, all_y, all_x;
                         double size_y, size_x;
-                        rank_in(lys, placed[e].code, where_bit, total_bits, bits, region, ends, lack, ndim, &whole_y,
+                        rank_in(lys, placed[e].code, where_bit, split_at + 1, bits, region, ends, lack, ndim, &whole_y,
                                 &all_y, &size_y);
-                        rank_in(lxs, placed[e - 1].code, where_bit, total_bits, bits, region, ends, lack, ndim,
+                        rank_in(lxs, placed[e - 1].code, where_bit, split_at + 1, bits, region, ends, lack, ndim,
                                 &whole_x, &all_x, &size_x);
                         const int64_t whole = whole_y - whole_x - x_full, cells = all_y - all_x - 1;
                         const double sizes = size_y - size_x - x_size;

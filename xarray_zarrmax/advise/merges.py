@@ -117,18 +117,23 @@ def _components_numpy(lengths: np.ndarray, points: np.ndarray, extent: np.ndarra
 
 
 def _ranks(local: np.ndarray, code: np.ndarray, place: np.ndarray, bits: np.ndarray, region: np.ndarray,
-           lack: np.ndarray | None = None) -> np.ndarray:
+           lack: np.ndarray | None = None, upto: np.ndarray | None = None) -> np.ndarray:
     """Per cell (its ``local`` coordinates and ``code`` in its shard, its layout's ``place`` of each (bit,
     dimension) in a code and ``bits`` along each), the cells of the box ``[0, region)`` whose codes are less: per bit
     of its code that is 1, those sharing the code above it with 0 there (`morton.box_offsets`), a product over
     dimensions of an aligned interval cut at the region. ``lack``: per cell and dimension, what the region's last
-    cell along it lacks of a whole one; then their sizes summed (in whole cells, floats), not their count."""
+    cell along it lacks of a whole one; then their sizes summed (in whole cells, floats), not their count.
+    ``upto``: per cell, the last code position counted (None: all). A bit's term depends only on the code above it, so
+    two cells of a shard whose codes first differ at position p have the same terms above p: the difference of their
+    ranks is that of their terms up to p (`_breaks` counts no more)."""
     n, ndim = local.shape
     out = np.zeros(n, dtype=np.int64 if lack is None else np.float64)
     for b in range(place.shape[1]):
         for e in range(ndim):
             at = place[:, b, e]
             on = (at >= 0) & (((code >> np.maximum(at, 0)) & 1) == 1)
+            if upto is not None:
+                on &= at <= upto
             if not on.any():
                 continue
             count = np.ones(n, dtype=out.dtype)
@@ -299,7 +304,7 @@ def _breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.n
     if ranked:  # every stored chunk between them, from their ranks (where the boxes alone do not already break)
         rest = np.flatnonzero(~cut)
         p, rr = pair[rest], r[rest]
-        ranks = [[_ranks(v[rest], c, place[rr], bits[rr], region, lack[rest] if sized else None)
+        ranks = [[_ranks(v[rest], c, place[rr], bits[rr], region, lack[rest] if sized else None, split[rest])
                   for v, c in ((y, code[p]), (x, code[p - 1]))]
                  for region, sized in ((full_end[rest] + 1, False), (stored[rest], False), (stored[rest], True))]
         (whole_y, whole_x), (all_y, all_x), (size_y, size_x) = ranks
