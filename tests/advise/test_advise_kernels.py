@@ -639,6 +639,36 @@ def test_the_kernels_split_over_threads_give_the_rows_of_one_call(monkeypatch: p
         np.testing.assert_array_equal(split_rows, one_rows)
 
 
+def test_the_breaks_of_profiles_in_the_pools_threads_are_those_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profiles through several chunks of time and level: their breaks for many chunk shapes at once, a call per
+    chunk lengths along time and level given to the pool's threads together (`kernels.in_threads`), are those worked
+    out one call after another."""
+    from xarray_zarrmax.advise import Costs, Reader
+    from xarray_zarrmax.advise.point_bounds import PointBounds
+
+    rng = np.random.default_rng(43)
+    shape = np.asarray([40, 10, 30, 36])
+    k = 200
+    chunks = np.stack([rng.integers(1, n // 2 + 1, k) for n in shape], axis=1)
+    per = 1 + (rng.random((k, 4)) * -(-shape[None] // chunks)).astype(np.int64)
+    points = np.stack([rng.integers(0, n, 20) for n in shape[2:]], axis=1)
+    start, stop = np.asarray([0, 0, 0, 0]), np.asarray([40, 10, 1, 1])
+    bounds = PointBounds(shape.tolist(), 4, Costs(local=False), Reader(local=False, coalesce_gap=5000), True)
+    given: list[int] = []
+    in_threads = kernels.in_threads
+    monkeypatch.setattr(kernels, "in_threads", lambda tasks: (given.append(len(tasks)), in_threads(tasks))[1])
+    runs = []
+    for threads, rows in ((1, 10**6), (3, 1)):
+        monkeypatch.setattr(kernels, "THREADS", threads)
+        monkeypatch.setattr(kernels, "ROWS_A_THREAD", rows)
+        runs.append(np.stack(bounds.aligned_reads(chunks, chunks * per, np.ones(k, dtype=bool),
+                                                  np.prod(per, axis=1).astype(float), start, stop, [2, 3], points,
+                                                  ranked=True)))
+    assert given and given[0] > 10, given
+    assert (runs[0][0] > 0).sum() > 50
+    np.testing.assert_array_equal(runs[1], runs[0])
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_splits_the_kernels_with_a_pool_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process that split a kernel over threads, then forked (a dask worker, a multiprocessing pool): the child's

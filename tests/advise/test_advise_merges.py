@@ -86,6 +86,64 @@ def test_a_reads_shards_and_breaks_never_exceed_the_models_requests(seed: int) -
 
 @pytest.mark.usefixtures("bound_kernels")
 @pytest.mark.parametrize("seed", range(4))
+def test_a_reads_breaks_through_every_chunk_of_its_box_are_the_models_requests(seed: int,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pointwise read whose box crosses chunks along a dimension it does not point along (a profile through several
+    chunks of time), ranked as `PAIRWISE` asks (`PointBounds.aligned_reads`, every chunk it touches): on an object
+    store exactly the model's requests, locally never more, and the bytes between the chunks merged never more than
+    the model reads beyond the chunks and indexes. Seen to bite: such layouts had no bound (0) before, as they have
+    past `point_bounds.MOST_CELLS`."""
+    rng = np.random.default_rng(1300 + seed)
+    exact = 0
+    for _ in range(40):
+        shape, chunks, per = _sharded(rng)
+        ndim = len(shape)
+        if ndim < 2:
+            continue
+        dims = sorted(rng.choice(ndim, int(rng.integers(1, ndim)), replace=False).tolist())
+        others = [d for d in range(ndim) if d not in dims]
+        start = np.asarray([0 if d in dims else int(rng.integers(0, shape[d])) for d in range(ndim)])
+        stop = np.asarray([1 if d in dims else int(rng.integers(start[d] + 1, shape[d] + 1)) for d in range(ndim)])
+        if all(start[d] // chunks[d] == (stop[d] - 1) // chunks[d] for d in others):
+            stop[others[0]] = shape[others[0]]  # crossing chunks along one at least, where it can
+            start[others[0]] = 0
+        count = int(rng.integers(1, 12))
+        points = np.stack([rng.integers(0, shape[d], count) for d in dims], axis=1)
+        compressed, local = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+        costs = Costs(ratio=float(rng.choice([0.3, 1.0])), local=local)
+        reader = Reader(local=local, full_shard_fraction=float(rng.choice([0.25, 0.5, 1.0])),
+                        coalesce_gap=int(rng.choice([0, 150, 5000, 1 << 20])))
+        bounds = point_bounds_module.PointBounds(shape, 4, costs, reader, compressed)
+        row = np.asarray([chunks]), np.asarray([[k * c for k, c in zip(per, chunks, strict=True)]])
+        per_object = np.asarray([float(math.prod(per))])
+        requests, between = bounds.aligned_reads(*row, np.ones(1, dtype=bool), per_object, start, stop, dims, points,
+                                                 ranked=True)
+        enc = int(bounds._chunk_enc(row[0])[0])
+        layout = Layout(chunks, tuple(k * c for k, c in zip(per, chunks, strict=True)))
+        box = tuple(Axis(int(a), int(b)) for a, b in zip(start, stop, strict=True))
+        counts = count_read([PointRead(tuple(dims), points, box)], shape, 4, layout, enc, reader,
+                            compressed=compressed)
+        where = (shape, chunks, per, dims, start.tolist(), stop.tolist(), points.tolist(), enc, compressed, reader)
+        if math.prod(per) == 1:
+            assert requests[0] == 0.0, where
+            continue
+        assert 0 < requests[0] <= counts.requests, where
+        if not local:
+            assert requests[0] == counts.requests, where
+            chunks_read = counts.chunks
+            indexes = counts.index_requests * (16 * math.prod(per) + 4)
+            assert between[0] <= counts.bytes - chunks_read - indexes, where
+        exact += requests[0] > counts.objects + counts.index_requests
+        with monkeypatch.context() as patch:
+            patch.setattr(point_bounds_module, "MOST_CELLS", -1)
+            unbounded = bounds.aligned_reads(*row, np.ones(1, dtype=bool), per_object, start, stop, dims, points,
+                                             ranked=True)
+        assert unbounded[0][0] == 0.0, where
+    assert exact >= 3, exact
+
+
+@pytest.mark.usefixtures("bound_kernels")
+@pytest.mark.parametrize("seed", range(4))
 def test_the_components_bound_every_sharding_of_a_chunk_shape(seed: int) -> None:
     """`point_components` as `SearchBounds` takes it: for every sharding of a chunk shape read by ranges
     throughout, an index a shard and runs at least the components that could merge; with a shard that may be

@@ -478,6 +478,36 @@ def test_the_merged_gaps_raise_pairwise_bounds_of_scattered_points_and_stay_belo
         assert _below(pairwise[i], terms), (layout, dict(zip(TERMS, pairwise[i], strict=True)), terms)
 
 
+@pytest.mark.usefixtures("bound_kernels")
+def test_profiles_through_several_chunks_raise_pairwise_bounds_and_stay_below(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Profiles (points along lat and lon, every time and level) on a 4-D array on an object store: from `PAIRWISE` on,
+    a sharded layout whose chunks split a profile holds its runs and the bytes they merge through every chunk it
+    touches (`point_bounds.PointBounds.aligned_reads`), so its requests are above what they are without (past
+    `point_bounds.MOST_CELLS`) for many layouts, and every row stays, term by term, at most the model's prediction."""
+    from xarray_zarrmax.advise import point_bounds
+
+    shape, dims = (45, 10, 31, 37), DIMS
+    rng = np.random.default_rng(44)
+    columns = np.unravel_index(rng.choice(shape[2] * shape[3], size=16, replace=False), shape[2:])
+    mix = {"profiles": (1.0, Points(dict(zip(dims[2:], (c.tolist() for c in columns), strict=True))))}
+    costs = Costs(latency_s=0.02, request_bps=8e7, request_s=8e-4, connect_s=3e-4, ratio=0.4, local=False)
+    reader = Reader(local=False, coalesce_gap=4000)
+    bounds, layouts = _sharded_sample(shape, mix, costs, reader, 44)
+    chunks, outer, sharded, per_object = _rows(layouts)
+    pairwise = bounds.terms(chunks, outer, sharded, per_object, PAIRWISE)
+    with monkeypatch.context() as patch:
+        patch.setattr(point_bounds, "MOST_CELLS", -1)
+        before = bounds.terms(chunks, outer, sharded, per_object, PAIRWISE)
+    request = TERMS.index("request_s")
+    assert (pairwise[:, request] >= before[:, request] - 1e-15).all()
+    raised = pairwise[:, request] > before[:, request] * 1.5
+    assert raised.sum() >= 30, raised.sum()
+    predicted = {c.layout: c for c in rank(shape, dims, 4, mix, costs=costs, reader=reader, layouts=layouts)}
+    for i, layout in enumerate(layouts):
+        terms = dict(predicted[layout].terms)
+        assert _below(pairwise[i], terms), (layout, dict(zip(TERMS, pairwise[i], strict=True)), terms)
+
+
 def test_the_second_phase_skipping_quick_costs_the_same_layouts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scattered points on a 4-D array on an object store, under a wide spread (hundreds of ties): with batches of 64
     and `QUICK` skipped after the first whatever it leaves (`search._LEAVES_ALL` 0), the second phase takes fewer

@@ -67,7 +67,9 @@ class SearchBounds:
       each listed, the components of its chunks that could merge (or share a shard read whole; up to
       `merges.MOST_PAIRED` points), and a round trip more at `LISTED` when every shard is read by ranges (the read
       waits for an index); of each layout, its shards' own breaks between runs (from `PAIRWISE` on, ranked, and on
-      an object store the bytes between the chunks its runs merge; up to `merges.MOST_POINTS` points);
+      an object store the bytes between the chunks its runs merge; up to `merges.MOST_POINTS` points; where its box
+      crosses chunks along a dimension it does not point along, from `PAIRWISE` on only, through every chunk it
+      touches, up to `point_bounds.MOST_CELLS`);
     - bandwidth: ``request_bps`` times the most requests the read can send, within ``concurrency`` and
       ``aggregate_bps``; the transfer is put under the rate that bounds it where the requests' bounds tell.
 

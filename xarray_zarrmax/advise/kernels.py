@@ -10,14 +10,15 @@ form, the reference its compiled form (`_kernels.c`) is tested against, and the 
 installed without a C compiler (setup.py builds the extension as optional): the same counts, the longest searches
 slower (1.6x before `merges`, measured; its numpy forms cost more). `in_use` says which a search runs. The two that
 take most of a search of scattered points (the breaks of `merges`, the listed bound) run without the GIL, a large call
-split over the machine's cores (`across_threads`).
+split over the machine's cores (`across_threads`), or many calls given to them at once (`in_threads`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from types import ModuleType
 
@@ -54,29 +55,36 @@ if hasattr(os, "register_at_fork"):
 def across_threads(rows: int, work: Callable[[int, int], None]) -> None:
     """``work(lo, hi)`` over ``range(rows)`` in `THREADS` contiguous parts at once, each of at least `ROWS_A_THREAD`
     rows (one call where there are fewer): for a kernel that writes each row's outputs alone and runs without the
-    GIL. A part the pool refuses (the interpreter shutting down) runs in this thread. An exception in any part is
-    raised here once all have ended."""
+    GIL (`in_threads`)."""
     parts = min(THREADS, rows // ROWS_A_THREAD)
     if parts <= 1:
         work(0, rows)
         return
+    edges = [rows * i // parts for i in range(parts + 1)]
+    in_threads([functools.partial(work, lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)])
+
+
+def in_threads(tasks: Sequence[Callable[[], None]]) -> None:
+    """Each of ``tasks`` in the module's pool of `THREADS` threads, as many at once as it has: for calls of kernels
+    that run without the GIL, each writing outputs of its own (none may call `across_threads` or this: the pool's
+    threads would wait on each other). A task the pool refuses (the interpreter shutting down) runs in this thread.
+    An exception in any is raised here once all have ended."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
         pool = _pool
-    edges = [rows * i // parts for i in range(parts + 1)]
     futures, here = [], []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+    for task in tasks:
         try:
-            futures.append(pool.submit(work, lo, hi))
+            futures.append(pool.submit(task))
         except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-            here.append((lo, hi))
+            here.append(task)
     try:
-        for lo, hi in here:
-            work(lo, hi)
+        for task in here:
+            task()
     finally:
-        wait(futures)  # every part ended before any error is raised: none still writes into the caller's arrays then
+        wait(futures)  # every task ended before any error is raised: none still writes into the caller's arrays then
     for future in futures:
         future.result()
 

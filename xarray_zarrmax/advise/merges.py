@@ -188,8 +188,8 @@ def _components(edges: np.ndarray, first: np.ndarray, second: np.ndarray, count:
 
 
 def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points: np.ndarray, chunk_enc: np.ndarray,
-                 gap: int, fraction: float, compressed: bool,
-                 ranked: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                 gap: int, fraction: float, compressed: bool, ranked: bool = False,
+                 split: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per sharded layout (``chunks`` and chunks per shard ``per``, ``(k, ndim)``) of an array of ``shape``, a
     pointwise read of one chunk per point (``points``: ``(count, ndim)``, every dimension): the shards it touches,
     those it reads by ranges (fewer than ``fraction`` of their chunks touched), and the breaks at least between
@@ -198,7 +198,8 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     (``ranked``) also every stored chunk between them, from their ranks among the shard's chunks (`_ranks`: the
     model's break but for half a byte a chunk partly outside the array, a few times the cost, spent only on the pairs
     the boxes leave unbroken); and then also the bytes at least between the pairs merged whatever their chunks'
-    rounding (`_most_between` at most ``gap``), which the read fetches with them (0 unranked)."""
+    rounding (`_most_between` at most ``gap``), which the read fetches with them (0 unranked). ``split``: a large
+    call split over threads (`kernels.across_threads`; not from a task of `kernels.in_threads`)."""
     k, ndim = chunks.shape
     shards, ranged, breaks, merged = np.zeros((4, k))
     if k == 0 or points.shape[0] == 0:
@@ -213,7 +214,10 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
                                   gap, float(fraction), bool(compressed), bool(ranked), shards[lo:hi], ranged[lo:hi],
                                   breaks[lo:hi], merged[lo:hi])
 
-        kernels.across_threads(k, part)
+        if split:
+            kernels.across_threads(k, part)
+        else:
+            part(0, k)
         return shards, ranged, breaks, merged
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)

@@ -6,6 +6,7 @@ points are what costs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -14,6 +15,12 @@ from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.memo import KeyedValues
 from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, Reader
+
+#: Chunks at most of a pointwise read whose box crosses chunks along a dimension it does not point along (points times
+#: those chunks) for which `PointBounds.aligned_reads` ranks every one: ranking costs about 50-100 ns a chunk, against
+#: the ranges' count (`ranged.ranged_points`, a level up) of about 220 us a layout of profiles at 100 points. Chosen
+#: for time on the search-time table's profiles (docs/dev/logs/advise_search.md), fitted on neither validation set
+MOST_CELLS = 4096
 
 #: Points of a read at most whose cells the compiled kernel counts; past them numpy's sort of each row's codes is the
 #: faster (measured on 4-D rows: the compiled count 2.8x at 30 points, 1.4x at 300, 0.97x at 3,000, 0.76x at 10^5)
@@ -81,28 +88,53 @@ class PointBounds:
         along ``dims``) from each shard's own alignment (`merges.point_breaks`; ``ranked``: from its chunks'
         ranks, as `bounds.SearchBounds` asks from `PAIRWISE` on): an index and a run a shard read by ranges, a run
         more each break between its chunks, a request at least a shard read whole; and (``ranked``, on an object
-        store) the bytes at least between the chunks its runs merge. 0 (no bound) for layouts not sharded, where
-        the read touches more than one chunk along a dimension it does not point along, or past
-        `merges.MOST_POINTS` points."""
+        store) the bytes at least between the chunks its runs merge. Where the read touches more than one chunk along
+        a dimension it does not point along (a profile through several chunks of time), every chunk it touches
+        (`wide_cells`), ranked only and up to `MOST_CELLS` of them. 0 (no bound) for layouts not sharded, past those
+        chunks, or past `merges.MOST_POINTS` points."""
         out, between = np.zeros(chunks.shape[0]), np.zeros(chunks.shape[0])
         if points.shape[0] > MOST_POINTS:
             return out, between
         others = [d for d in range(self.shape.size) if d not in dims]
-        single = np.all(start[others] // chunks[:, others]
-                        == (stop[others] - 1) // chunks[:, others], axis=1)
-        rows = np.flatnonzero(np.asarray(sharded, dtype=bool) & (per_object > 1) & single)
-        if rows.size == 0:
+        first, last = start[others] // chunks[:, others], (stop[others] - 1) // chunks[:, others]
+        single = np.all(first == last, axis=1)
+        bounded = np.asarray(sharded, dtype=bool) & (per_object > 1)
+        rows = np.flatnonzero(bounded & single)
+        if rows.size:
+            at = np.repeat(start[None], points.shape[0], axis=0)
+            at[:, dims] = points
+            self._breaks(rows, chunks, outer, at, ranked, out, between)
+        if not ranked or not others:
             return out, between
+        cells = points.shape[0] * np.prod((last - first + 1).astype(np.float64), axis=1)
+        wide = np.flatnonzero(bounded & ~single & (cells <= MOST_CELLS))
+        if wide.size == 0:
+            return out, between
+        # the read's chunks depend on the chunk lengths along the other dimensions: a call per distinct lengths, the
+        # calls at once on the machine's cores (most are of fewer layouts than a call splits)
+        lengths, inverse = np.unique(chunks[wide][:, others], axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        calls = [functools.partial(self._breaks, wide[inverse == g], chunks, outer,
+                                   wide_cells(start, stop, dims, points, others, along), True, out, between, False)
+                 for g, along in enumerate(lengths)]
+        if len(calls) > 1 and wide.size >= kernels.ROWS_A_THREAD:
+            kernels.in_threads(calls)
+        else:
+            for call in calls:
+                call()
+        return out, between
+
+    def _breaks(self, rows: np.ndarray, chunks: np.ndarray, outer: np.ndarray, at: np.ndarray, ranked: bool,
+                out: np.ndarray, between: np.ndarray, split: bool = True) -> None:
+        """`aligned_reads` of the layouts ``rows`` of a read of one chunk a cell of ``at`` (``(cells, ndim)``),
+        written into ``out`` and ``between`` (``split``: as `merges.point_breaks`)."""
         rows = rows[np.lexsort(chunks[rows].T)]  # a chunk shape's layouts together: its points' chunks found once
-        at = np.repeat(start[None], points.shape[0], axis=0)
-        at[:, dims] = points
         shards, ranged, breaks, merged = point_breaks(chunks[rows], outer[rows] // chunks[rows], self.shape, at,
                                                       self._chunk_enc(chunks[rows]), self.gap,
-                                                      self.reader.full_shard_fraction, self.compressed, ranked)
+                                                      self.reader.full_shard_fraction, self.compressed, ranked, split)
         out[rows] = shards + ranged + breaks
         if not self.reader.local:  # (a local read of a large shard's ranges is read in pieces: no gap known read)
             between[rows] = merged
-        return out, between
 
     def components_of(self, chunks: np.ndarray, start: np.ndarray, stop: np.ndarray, dims: list[int],
                       points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,6 +209,20 @@ class PointBounds:
         kernels.compiled.count_cells(lengths.shape[0], lengths.shape[1], points.shape[0], ints(lengths), ints(points),
                                      ints(n), out[0], out[1], out[2])
         return out
+
+
+def wide_cells(start: np.ndarray, stop: np.ndarray, dims: list[int], points: np.ndarray, others: list[int],
+               along: np.ndarray) -> np.ndarray:
+    """``(cells, ndim)``: an element of each chunk a pointwise read touches (its box ``start`` to ``stop``, its
+    ``points`` along ``dims``), of chunks ``along`` long along the ``others`` dimensions: each point with the first
+    element inside the box of each chunk the box crosses along those."""
+    axes = [np.maximum(int(start[d]), np.arange(int(start[d]) // c, (int(stop[d]) - 1) // c + 1, dtype=np.int64) * c)
+            for d, c in zip(others, along.tolist(), strict=True)]
+    box = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(others))
+    at = np.empty((points.shape[0] * box.shape[0], start.size), dtype=np.int64)
+    at[:, dims] = np.repeat(points, box.shape[0], axis=0)
+    at[:, others] = np.tile(box, (points.shape[0], 1))
+    return at
 
 
 def point_requests(fraction: float, objects: np.ndarray, touched: np.ndarray, per_object: np.ndarray,
