@@ -818,20 +818,21 @@ done:
     return result;
 }
 
-/* merges._ranks of the cell at `local` (its Morton code `code`), three ways: the shard's whole cells whose codes are
+/* merges._ranks of the cell at `local` (its Morton code `code`, each position's bit and dimension in `code_bit` and
+ * `code_dim`), three ways: the shard's whole cells whose codes are
  * less (in the box [0, whole)), its stored cells whose codes are less (in [0, stored)), and their sizes summed, the last
  * stored cell along d at 1 - lack[d] of a whole one. Per bit of the code that is 1, those sharing the code above it
  * with 0 there, a product over dimensions; of the first `positions` bits only (a bit's term depends on the code above
  * it alone, so two cells whose codes first differ at position p have the same terms above p: point_breaks counts the
  * difference of their ranks to p) */
-static void rank_in(const int64_t *local, int64_t code, const int64_t *where_bit, int64_t positions,
-                    const int64_t *bits, const int64_t *whole, const int64_t *stored, const double *lack,
-                    Py_ssize_t ndim, int64_t *whole_out, int64_t *stored_out, double *size_out) {
+static void rank_in(const int64_t *local, int64_t code, const unsigned char *code_bit, const unsigned char *code_dim,
+                    int64_t positions, const int64_t *bits, const int64_t *whole, const int64_t *stored,
+                    const double *lack, Py_ssize_t ndim, int64_t *whole_out, int64_t *stored_out, double *size_out) {
     int64_t total_whole = 0, total_stored = 0;
     double total_size = 0.0;
     for (int64_t position = 0; position < positions; position++) {
         if (!((code >> position) & 1)) continue;
-        const int64_t b = where_bit[position] / ndim, e = where_bit[position] % ndim;
+        const int64_t b = code_bit[position], e = code_dim[position];
         int64_t count_whole = 1, count_stored = 1;
         double size = 1.0;
         for (Py_ssize_t d = 0; d < ndim && count_stored > 0; d++) {
@@ -951,7 +952,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Placed *placed = NULL;
-    int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *where_bit = NULL, *scratch = NULL;
+    int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *scratch = NULL;
     int64_t *across = NULL, *shift = NULL;
     double *lacks = NULL;
     uint64_t *words = NULL;
@@ -975,14 +976,13 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     shard = malloc(sizeof(int64_t) * (size_t)(count * ndim));
     grid = malloc(sizeof(int64_t) * (size_t)ndim);
     bits = malloc(sizeof(int64_t) * (size_t)ndim);
-    where_bit = malloc(sizeof(int64_t) * 64); /* each code position's (bit, dimension), as bit * ndim + d */
     scratch = malloc(sizeof(int64_t) * (size_t)(4 * ndim)); /* a pair's local coordinates, the shard's whole and
                                                               * stored boxes */
     lacks = malloc(sizeof(double) * (size_t)ndim); /* what the shard's last stored chunk along each lacks */
     words = malloc(sizeof(uint64_t) * (size_t)count * 2); /* and as many spare, for radix_words */
     across = malloc(sizeof(int64_t) * (size_t)ndim); /* shards along each dimension */
     shift = malloc(sizeof(int64_t) * (size_t)ndim);  /* log2 of the chunks a shard along it (-1: not a power of 2) */
-    if (!placed || !cell || !shard || !grid || !bits || !where_bit || !scratch || !across || !shift || !lacks || !words) {
+    if (!placed || !cell || !shard || !grid || !bits || !scratch || !across || !shift || !lacks || !words) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1024,8 +1024,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             for (Py_ssize_t d = 0; d < ndim; d++)
                 if (bits[d] > bit) {
                     code_dim[at] = (unsigned char)d;
-                    code_bit[at] = (unsigned char)bit;
-                    where_bit[at++] = bit * ndim + d;
+                    code_bit[at++] = (unsigned char)bit;
                 }
         int64_t *local = scratch; /* a point's place in its shard (scratch is free until the breaks below) */
         /* the points' chunks as those last worked out where the chunk shape is theirs (callers list a shape's
@@ -1098,8 +1097,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                     if (placed[e].code - placed[e - 1].code <= 1) continue;
                     const int64_t *x = cell + placed[e - 1].at * ndim, *y = cell + placed[e].at * ndim;
                     const int64_t split_at = bit_length(placed[e - 1].code ^ placed[e].code) - 1;
-                    const int64_t split = where_bit[split_at];
-                    const int64_t level = split / ndim, dim = split % ndim;
+                    const int64_t level = code_bit[split_at], dim = code_dim[split_at];
                     int64_t after = 1, before = 1, after_all = 1, before_all = 1;
                     double after_size = 1.0, before_size = 1.0, x_size = 1.0, y_size = 1.0;
                     int x_full = 1, y_full = 1;
@@ -1140,9 +1138,9 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                     if (ranked && !cut) { /* every stored chunk between them, from their ranks (to the split) */
                         int64_t whole_y, whole_x, all_y, all_x;
                         double size_y, size_x;
-                        rank_in(lys, placed[e].code, where_bit, split_at + 1, bits, region, ends, lack, ndim, &whole_y,
-                                &all_y, &size_y);
-                        rank_in(lxs, placed[e - 1].code, where_bit, split_at + 1, bits, region, ends, lack, ndim,
+                        rank_in(lys, placed[e].code, code_bit, code_dim, split_at + 1, bits, region, ends, lack, ndim,
+                                &whole_y, &all_y, &size_y);
+                        rank_in(lxs, placed[e - 1].code, code_bit, code_dim, split_at + 1, bits, region, ends, lack, ndim,
                                 &whole_x, &all_x, &size_x);
                         const int64_t whole = whole_y - whole_x - x_full, cells = all_y - all_x - 1;
                         const double sizes = size_y - size_x - x_size;
@@ -1170,7 +1168,6 @@ done:
     free(shard);
     free(grid);
     free(bits);
-    free(where_bit);
     free(scratch);
     free(across);
     free(shift);
