@@ -931,6 +931,9 @@ static void radix_words(uint64_t *w, uint64_t *spare, Py_ssize_t n, int low, int
     if (from != w) memcpy(w, from, sizeof(uint64_t) * (size_t)n);
 }
 
+/* Chunks along the dimensions (summed) at most for point_breaks to place them through tables of their parts */
+#define PLACE_PARTS 4096
+
 /* Words at least a pass of `radix_words` for it to sort them, not `sort_words` (measured on profiles' chunks and
  * scattered points: about where a pass's 256 counts and two sweeps cost what the quicksort's comparisons do) */
 #define RADIX_WORDS_A_PASS 96
@@ -952,7 +955,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Placed *placed = NULL;
-    int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *scratch = NULL;
+    int64_t *cell = NULL, *shard = NULL, *grid = NULL, *bits = NULL, *scratch = NULL, *parts = NULL;
     int64_t *across = NULL, *shift = NULL;
     double *lacks = NULL;
     uint64_t *words = NULL;
@@ -973,7 +976,8 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
            *merged_out = B.merged.buf;
     placed = malloc(sizeof(Placed) * (size_t)count);
     cell = malloc(sizeof(int64_t) * (size_t)(count * ndim));
-    shard = malloc(sizeof(int64_t) * (size_t)(count * ndim));
+    shard = malloc(sizeof(int64_t) * (size_t)ndim); /* a shard's place along each dimension */
+    parts = malloc(sizeof(int64_t) * 2 * PLACE_PARTS); /* per dimension and chunk along it: its part of a key, of a code */
     grid = malloc(sizeof(int64_t) * (size_t)ndim);
     bits = malloc(sizeof(int64_t) * (size_t)ndim);
     scratch = malloc(sizeof(int64_t) * (size_t)(4 * ndim)); /* a pair's local coordinates, the shard's whole and
@@ -982,7 +986,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
     words = malloc(sizeof(uint64_t) * (size_t)count * 2); /* and as many spare, for radix_words */
     across = malloc(sizeof(int64_t) * (size_t)ndim); /* shards along each dimension */
     shift = malloc(sizeof(int64_t) * (size_t)ndim);  /* log2 of the chunks a shard along it (-1: not a power of 2) */
-    if (!placed || !cell || !shard || !grid || !bits || !scratch || !across || !shift || !lacks || !words) {
+    if (!placed || !cell || !shard || !parts || !grid || !bits || !scratch || !across || !shift || !lacks || !words) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1014,6 +1018,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         }
         int64_t at = 0;
         unsigned char code_dim[64], code_bit[64]; /* each code position's dimension and bit, for the codes below */
+        unsigned char position_of[64 * 64]; /* and each (dimension, bit)'s position, as d * 64 + bit */
         unsigned char short_last[64]; /* compressed, and the array's last chunk along d partly outside: smaller */
         double last_lacks[64]; /* what the array's last chunk along d lacks of a whole one, where it is short */
         for (Py_ssize_t d = 0; d < ndim; d++) {
@@ -1023,6 +1028,7 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         for (int64_t bit = 0; bit < most_bits; bit++)
             for (Py_ssize_t d = 0; d < ndim; d++)
                 if (bits[d] > bit) {
+                    position_of[d * 64 + bit] = (unsigned char)at;
                     code_dim[at] = (unsigned char)d;
                     code_bit[at++] = (unsigned char)bit;
                 }
@@ -1034,18 +1040,48 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
         /* each point's place as one word (shard, code, point) where they fit in 63 bits, sorted as integers */
         const int at_bits = bit_length((int64_t)count - 1), key_bits = bit_length(key_room - 1);
         const int packed = key_bits + total_bits + at_bits <= 63;
+        /* Where the chunks along the dimensions are fewer than the points (a profile's thousands of chunks), each
+         * chunk's part of its shard's key and of its code, worked out once a layout: a key and a code are sums of
+         * their dimensions' parts (the code's are bits apart) */
+        int64_t chunks_along = 0;
+        for (Py_ssize_t d = 0; d < ndim; d++) chunks_along += grid[d] < PLACE_PARTS ? grid[d] : PLACE_PARTS;
+        const int tabled = chunks_along < PLACE_PARTS && chunks_along < (int64_t)count;
+        int64_t offset[64];
+        if (tabled) {
+            int64_t stride = 1, next = 0;
+            for (Py_ssize_t d = ndim - 1; d >= 0; d--) {
+                offset[d] = next;
+                for (int64_t v = 0; v < grid[d]; v++) {
+                    const int64_t at_shard = shift[d] >= 0 ? v >> shift[d] : v / per[d], in = v - at_shard * per[d];
+                    int64_t part = 0;
+                    for (int64_t bit = 0; bit < bits[d]; bit++) part |= ((in >> bit) & 1) << position_of[d * 64 + bit];
+                    parts[2 * (next + v)] = at_shard * stride;
+                    parts[2 * (next + v) + 1] = part;
+                }
+                next += grid[d];
+                stride *= across[d]; /* (at most key_room: no overflow) */
+            }
+        }
         for (Py_ssize_t i = 0; i < count; i++) {
             int64_t key = 0, code = 0, position = 0;
-            for (Py_ssize_t d = 0; d < ndim; d++) { /* (a shift where a shard holds 2^j chunks: most do) */
-                const int64_t at_cell = same ? cell[i * ndim + d] : points[i * ndim + d] / c[d];
-                const int64_t at_shard = shift[d] >= 0 ? at_cell >> shift[d] : at_cell / per[d];
-                cell[i * ndim + d] = at_cell;
-                shard[i * ndim + d] = at_shard;
-                local[d] = at_cell - at_shard * per[d];
-                key = key * across[d] + at_shard;
+            if (tabled) {
+                for (Py_ssize_t d = 0; d < ndim; d++) {
+                    const int64_t at_cell = same ? cell[i * ndim + d] : points[i * ndim + d] / c[d];
+                    cell[i * ndim + d] = at_cell;
+                    key += parts[2 * (offset[d] + at_cell)];
+                    code += parts[2 * (offset[d] + at_cell) + 1];
+                }
+            } else {
+                for (Py_ssize_t d = 0; d < ndim; d++) { /* (a shift where a shard holds 2^j chunks: most do) */
+                    const int64_t at_cell = same ? cell[i * ndim + d] : points[i * ndim + d] / c[d];
+                    const int64_t at_shard = shift[d] >= 0 ? at_cell >> shift[d] : at_cell / per[d];
+                    cell[i * ndim + d] = at_cell;
+                    local[d] = at_cell - at_shard * per[d];
+                    key = key * across[d] + at_shard;
+                }
+                for (; position < at; position++) /* Morton: each position's (bit, dimension), in order */
+                    code |= ((local[code_dim[position]] >> code_bit[position]) & 1) << position;
             }
-            for (; position < at; position++) /* Morton: each position's (bit, dimension), in order */
-                code |= ((local[code_dim[position]] >> code_bit[position]) & 1) << position;
             if (packed) { /* (placed below, once sorted) */
                 words[i] = ((uint64_t)key << (total_bits + at_bits)) | ((uint64_t)code << at_bits) | (uint64_t)i;
                 continue;
@@ -1090,7 +1126,11 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
             shards += 1.0;
             if ((double)pieces < fraction * per_object) {
                 ranged += 1.0;
-                const int64_t *s = shard + placed[begin].at * ndim;
+                int64_t *s = shard; /* the shard's place along each dimension */
+                for (Py_ssize_t d = 0; d < ndim; d++) {
+                    const int64_t at_cell = cell[placed[begin].at * ndim + d];
+                    s[d] = shift[d] >= 0 ? at_cell >> shift[d] : at_cell / per[d];
+                }
                 for (Py_ssize_t e = begin + 1; e < end; e++) {
                     /* the same chunk; or the next in the shard's order, no chunk between (nearly every other pair of
                      * a profile's chunks): no break, no byte merged */
@@ -1166,6 +1206,7 @@ done:
     free(placed);
     free(cell);
     free(shard);
+    free(parts);
     free(grid);
     free(bits);
     free(scratch);
