@@ -17,9 +17,10 @@ from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks,
 from xarray_zarrmax.advise.model import Costs, Reader
 
 #: Chunks at most of a pointwise read whose box crosses chunks along a dimension it does not point along (points times
-#: those chunks) for which `PointBounds.aligned_reads` ranks every one: ranking costs about 50-100 ns a chunk, against
-#: the ranges' count (`ranged.ranged_points`, a level up) of about 220 us a layout of profiles at 100 points. Chosen
-#: for time on the search-time table's profiles (docs/dev/logs/advise_search.md), fitted on neither validation set
+#: those chunks) for which `PointBounds.aligned_reads` ranks every one: about 60-90 ns of a thread a chunk (16 us a
+#: layout of up to 256 chunks, 172 us of 2,049-4,096, profiles at 100 points at e2570bb), against the ranges' count
+#: (`ranged.ranged_points`, a level up, in one thread) of about 220 us a layout there. Chosen for time on the
+#: search-time table's profiles (docs/dev/logs/advise_search_profiles_ab.md), fitted on neither validation set
 MOST_CELLS = 4096
 
 #: Points of a read at most whose cells the compiled kernel counts; past them numpy's sort of each row's codes is the
