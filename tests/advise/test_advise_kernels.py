@@ -639,6 +639,7 @@ def test_the_kernels_split_over_threads_give_the_rows_of_one_call(monkeypatch: p
         np.testing.assert_array_equal(split_rows, one_rows)
 
 
+@compiled
 def test_the_breaks_of_profiles_in_the_pools_threads_are_those_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Profiles through several chunks of time and level: their breaks for many chunk shapes at once, a call per
     chunk lengths along time and level given to the pool's threads together (`kernels.in_threads`), are those worked
@@ -667,6 +668,56 @@ def test_the_breaks_of_profiles_in_the_pools_threads_are_those_of_one(monkeypatc
     assert given and given[0] > 10, given
     assert (runs[0][0] > 0).sum() > 50
     np.testing.assert_array_equal(runs[1], runs[0])
+
+
+def test_kernels_given_to_the_pool_from_its_own_thread_run_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernels.in_threads` (and a split) called from a task of the pool itself (a review's case: the pool's threads
+    waited on each other, forever): the tasks run one after another in that thread, each once."""
+    import threading
+
+    monkeypatch.setattr(kernels, "THREADS", 2)
+    monkeypatch.setattr(kernels, "ROWS_A_THREAD", 1)
+    monkeypatch.setattr(kernels, "_pool", None)
+    seen: list[tuple[str, int, int]] = []
+
+    def inner(lo: int, hi: int) -> None:
+        seen.append((threading.current_thread().name, lo, hi))
+
+    def outer() -> None:
+        kernels.across_threads(4, inner)
+
+    done = threading.Thread(target=kernels.in_threads, args=([outer, outer],), daemon=True)
+    done.start()
+    done.join(10)
+    assert not done.is_alive()  # (alive: the pool's threads wait on each other)
+    assert sorted((lo, hi) for _, lo, hi in seen) == [(0, 2), (0, 2), (2, 4), (2, 4)]
+    assert all(name.startswith("xarray_zarrmax-kernels") for name, _, _ in seen)
+
+
+@pytest.mark.parametrize("form", ["compiled", "numpy"])
+def test_a_point_outside_the_array_is_refused_by_the_breaks(form: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`merges.point_breaks` of a point past the array's end or before its start (the kernel's tables of a layout's
+    chunks end at the array's: a review read past them, and crashed): a ValueError naming the point, in both forms,
+    and from the kernel called alone."""
+    from xarray_zarrmax.advise import merges
+
+    if form == "numpy":
+        monkeypatch.setattr(kernels, "compiled", None)
+    elif kernels.compiled is None:
+        pytest.skip("xarray_zarrmax.advise._kernels not built here (no C compiler at install)")
+    points = np.arange(0, 100, 5).reshape(-1, 1)
+    args = (np.asarray([[10]]), np.asarray([[4]]), np.asarray([100]))
+    for bad, message in ((10**11, "point 3 is 100000000000 along dimension 0, expected 0 to 99"),
+                         (-1, "point 3 is -1 along dimension 0, expected 0 to 99")):
+        points[3, 0] = bad
+        with pytest.raises(ValueError, match=message):
+            merges.point_breaks(*args, points, np.asarray([100.0]), 0, 0.5, False, True)
+        if form == "compiled":
+            assert kernels.compiled is not None
+            out = [np.zeros(1) for _ in range(4)]
+            with pytest.raises(ValueError, match=message):
+                kernels.compiled.point_breaks(1, 1, 20, *(kernels.ints(a) for a in (*args, points)),
+                                              np.asarray([100.0]), 0, 0.5, False, True, *out)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

@@ -486,6 +486,7 @@ def test_profiles_through_several_chunks_raise_pairwise_bounds_and_stay_below(mo
     `point_bounds.MOST_CELLS`) for many layouts, and every row stays, term by term, at most the model's prediction."""
     from xarray_zarrmax.advise import point_bounds
 
+    monkeypatch.setattr(point_bounds, "MOST_CELLS_NUMPY", point_bounds.MOST_CELLS)  # (numpy held to it too)
     shape, dims = (45, 10, 31, 37), DIMS
     rng = np.random.default_rng(44)
     columns = np.unravel_index(rng.choice(shape[2] * shape[3], size=16, replace=False), shape[2:])
@@ -497,6 +498,7 @@ def test_profiles_through_several_chunks_raise_pairwise_bounds_and_stay_below(mo
     pairwise = bounds.terms(chunks, outer, sharded, per_object, PAIRWISE)
     with monkeypatch.context() as patch:
         patch.setattr(point_bounds, "MOST_CELLS", -1)
+        patch.setattr(point_bounds, "MOST_CELLS_NUMPY", -1)
         before = bounds.terms(chunks, outer, sharded, per_object, PAIRWISE)
     request = TERMS.index("request_s")
     assert (pairwise[:, request] >= before[:, request] - 1e-15).all()

@@ -997,6 +997,13 @@ static PyObject *point_breaks(PyObject *self, PyObject *args) {
                              r);
                 goto done;
             }
+    for (Py_ssize_t i = 0; i < count; i++) /* (a point outside would index past the tables of a layout's chunks) */
+        for (Py_ssize_t d = 0; d < ndim; d++)
+            if (points[i * ndim + d] < 0 || points[i * ndim + d] >= shape[d]) {
+                PyErr_Format(PyExc_ValueError, "point_breaks: point %zd is %lld along dimension %zd, expected 0 to %lld",
+                             i, (long long)points[i * ndim + d], d, (long long)(shape[d] - 1));
+                goto done;
+            }
     /* no Python below, to the end of the layouts: other threads run (merges.point_breaks splits a large call) */
     Py_BEGIN_ALLOW_THREADS
     const int64_t *celled = NULL; /* the chunk shape `cell` holds the points' chunks of */

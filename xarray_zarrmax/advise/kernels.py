@@ -37,6 +37,7 @@ THREADS = max(1, min(4, os.cpu_count() or 1))
 #: costliest kernel)
 ROWS_A_THREAD = 2048
 
+_POOL_NAME = "xarray_zarrmax-kernels"  # its threads' names begin so
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()  # (two searches in two threads make one pool)
 
@@ -66,13 +67,17 @@ def across_threads(rows: int, work: Callable[[int, int], None]) -> None:
 
 def in_threads(tasks: Sequence[Callable[[], None]]) -> None:
     """Each of ``tasks`` in the module's pool of `THREADS` threads, as many at once as it has: for calls of kernels
-    that run without the GIL, each writing outputs of its own (none may call `across_threads` or this: the pool's
-    threads would wait on each other). A task the pool refuses (the interpreter shutting down) runs in this thread.
-    An exception in any is raised here once all have ended."""
+    that run without the GIL, each writing outputs of its own. Called from a task of the pool itself, they run one
+    after another in its thread (the pool's threads would wait on each other). A task the pool refuses (the
+    interpreter shutting down) runs in this thread. An exception in any is raised here once all have ended."""
+    if threading.current_thread().name.startswith(_POOL_NAME):
+        for task in tasks:
+            task()
+        return
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="xarray_zarrmax-kernels")
+            _pool = ThreadPoolExecutor(THREADS, thread_name_prefix=_POOL_NAME)
         pool = _pool
     futures, here = [], []
     for task in tasks:

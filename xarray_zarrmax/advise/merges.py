@@ -199,11 +199,16 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     model's break but for half a byte a chunk partly outside the array, a few times the cost, spent only on the pairs
     the boxes leave unbroken); and then also the bytes at least between the pairs merged whatever their chunks'
     rounding (`_most_between` at most ``gap``), which the read fetches with them (0 unranked). ``split``: a large
-    call split over threads (`kernels.across_threads`; not from a task of `kernels.in_threads`)."""
+    call split over threads (`kernels.across_threads`). A point outside the array: a ValueError naming it."""
     k, ndim = chunks.shape
     shards, ranged, breaks, merged = np.zeros((4, k))
     if k == 0 or points.shape[0] == 0:
         return shards, ranged, breaks, merged
+    outside = np.argwhere((points < 0) | (points >= shape[None]))
+    if outside.size:  # (as the kernel refuses them: its tables of a layout's chunks end at the array's)
+        i, d = (int(v) for v in outside[0])
+        raise ValueError(f"point_breaks: point {i} is {int(points[i, d])} along dimension {d}, expected 0 to "
+                         f"{int(shape[d]) - 1}")
     gap = min(int(gap), _SATURATED)
     if kernels.compiled is not None:  # (it leaves the layouts past int64's room at 0 itself, as below)
         compiled, ints = kernels.compiled, kernels.ints

@@ -23,6 +23,17 @@ from xarray_zarrmax.advise.model import Costs, Reader
 #: search-time table's profiles (docs/dev/logs/advise_search_profiles_ab.md), fitted on neither validation set
 MOST_CELLS = 4096
 
+#: `MOST_CELLS` where the package was built without its compiled kernels: none. Numpy's form of the ranks costs far
+#: more a chunk than the ranges' count it would spare (a review measured profiles at 100 points on MinIO 226.7 s with
+#: it, 25.6 s without); the tests set it to hold that form to the same bound
+MOST_CELLS_NUMPY = 0
+
+
+def cells_ranked() -> int:
+    """The chunks at most of a read through several chunks that `PointBounds.aligned_reads` ranks one by one:
+    `MOST_CELLS` with the compiled kernels, `MOST_CELLS_NUMPY` without (`kernels.compiled`)."""
+    return MOST_CELLS if kernels.compiled is not None else MOST_CELLS_NUMPY
+
 #: Points of a read at most whose cells the compiled kernel counts; past them numpy's sort of each row's codes is the
 #: faster (measured on 4-D rows: the compiled count 2.8x at 30 points, 1.4x at 300, 0.97x at 3,000, 0.76x at 10^5)
 COMPILED_CELLS = 1024
@@ -91,8 +102,8 @@ class PointBounds:
         more each break between its chunks, a request at least a shard read whole; and (``ranked``, on an object
         store) the bytes at least between the chunks its runs merge. Where the read touches more than one chunk along
         a dimension it does not point along (a profile through several chunks of time), every chunk it touches
-        (`wide_cells`), ranked only and up to `MOST_CELLS` of them. 0 (no bound) for layouts not sharded, past those
-        chunks, or past `merges.MOST_POINTS` points."""
+        (`wide_cells`), ranked only, on an object store and up to `cells_ranked` of them. 0 (no bound) for layouts
+        not sharded, past those chunks, or past `merges.MOST_POINTS` points."""
         out, between = np.zeros(chunks.shape[0]), np.zeros(chunks.shape[0])
         if points.shape[0] > MOST_POINTS:
             return out, between
@@ -105,24 +116,27 @@ class PointBounds:
             at = np.repeat(start[None], points.shape[0], axis=0)
             at[:, dims] = points
             self._breaks(rows, chunks, outer, at, ranked, out, between)
-        if not ranked or not others:
+        # every chunk of a box crossing chunks: on an object store only (locally no merged byte is known read, and
+        # ranking them spared no layout a local search measured: 1.56-1.70 s against 1.82-1.97 s on a 5-D read),
+        # and only as far as the kernel's form affords (`cells_ranked`)
+        if not ranked or not others or self.reader.local:
             return out, between
         cells = points.shape[0] * np.prod((last - first + 1).astype(np.float64), axis=1)
-        wide = np.flatnonzero(bounded & ~single & (cells <= MOST_CELLS))
+        wide = np.flatnonzero(bounded & ~single & (cells <= cells_ranked()))
         if wide.size == 0:
             return out, between
         # the read's chunks depend on the chunk lengths along the other dimensions: a call per distinct lengths, the
         # calls at once on the machine's cores (most are of fewer layouts than a call splits)
         lengths, inverse = np.unique(chunks[wide][:, others], axis=0, return_inverse=True)
         inverse = inverse.ravel()
-        calls = [functools.partial(self._breaks, wide[inverse == g], chunks, outer,
-                                   wide_cells(start, stop, dims, points, others, along), True, out, between, False)
-                 for g, along in enumerate(lengths)]
-        if len(calls) > 1 and wide.size >= kernels.ROWS_A_THREAD:
-            kernels.in_threads(calls)
-        else:
-            for call in calls:
-                call()
+        groups = [(wide[inverse == g], wide_cells(start, stop, dims, points, others, along))
+                  for g, along in enumerate(lengths)]
+        if len(groups) > 1 and wide.size >= kernels.ROWS_A_THREAD:
+            kernels.in_threads([functools.partial(self._breaks, rows, chunks, outer, at, True, out, between, False)
+                                for rows, at in groups])
+        else:  # (one call at a time, each split over the cores if large)
+            for rows, at in groups:
+                self._breaks(rows, chunks, outer, at, True, out, between)
         return out, between
 
     def _breaks(self, rows: np.ndarray, chunks: np.ndarray, outer: np.ndarray, at: np.ndarray, ranked: bool,
