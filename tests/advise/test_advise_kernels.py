@@ -644,9 +644,10 @@ def test_the_breaks_of_profiles_in_the_pools_threads_are_those_of_one(monkeypatc
     """Profiles through several chunks of time and level: their breaks for many chunk shapes at once, a call per
     chunk lengths along time and level given to the pool's threads together (`kernels.in_threads`), are those worked
     out one call after another."""
-    from xarray_zarrmax.advise import Costs, Reader
+    from xarray_zarrmax.advise import Costs, Reader, point_bounds
     from xarray_zarrmax.advise.point_bounds import PointBounds
 
+    monkeypatch.setattr(point_bounds, "ROWS_A_CALL", 1)  # (random chunk shapes: a few layouts a chunk length)
     rng = np.random.default_rng(43)
     shape = np.asarray([40, 10, 30, 36])
     k = 200

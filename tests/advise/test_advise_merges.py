@@ -95,6 +95,7 @@ def test_a_reads_breaks_through_every_chunk_of_its_box_are_the_models_requests(s
     not ask it: `point_bounds.MOST_CELLS_NUMPY`). Seen to bite: such layouts had no bound (0) before, as they have past
     `point_bounds.MOST_CELLS`, and on a local store."""
     monkeypatch.setattr(point_bounds_module, "MOST_CELLS_NUMPY", point_bounds_module.MOST_CELLS)
+    monkeypatch.setattr(point_bounds_module, "ROWS_A_CALL", 1)  # (a layout at a time here)
     rng = np.random.default_rng(1300 + seed)
     exact = 0
     for _ in range(40):
@@ -150,6 +151,7 @@ def test_without_the_compiled_kernels_profiles_are_not_ranked_through_every_chun
     """The numpy form of the ranks costs more a chunk than the ranges' count it would spare (a review: profiles at 100
     points 226.7 s against 25.6 s): without the compiled kernels a read through several chunks has no such bound
     (`point_bounds.MOST_CELLS_NUMPY`), with them it has."""
+    monkeypatch.setattr(point_bounds_module, "ROWS_A_CALL", 1)
     shape, chunks, per = (40, 10, 30, 36), (8, 2, 5, 6), (1, 1, 6, 6)
     row = np.asarray([chunks]), np.asarray([[k * c for k, c in zip(per, chunks, strict=True)]])
     points = np.asarray([[3, 4], [17, 30], [28, 2]])
@@ -164,6 +166,30 @@ def test_without_the_compiled_kernels_profiles_are_not_ranked_through_every_chun
         assert requests() > 0
     monkeypatch.setattr(kernels, "compiled", None)
     assert requests() == 0.0
+
+
+@pytest.mark.usefixtures("bound_kernels")
+def test_reads_through_several_chunks_are_ranked_only_where_it_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk of a read through several chunks is ranked only for a chunk length of `point_bounds.ROWS_A_CALL`
+    layouts or more (a call's own work costs more than it spares a few), and only up to the chunks the ranges' level
+    counts a read (`ranged.CHUNKS_PER_WINDOW` a point): a point crossing more is costed sooner than ranked."""
+    monkeypatch.setattr(point_bounds_module, "MOST_CELLS_NUMPY", point_bounds_module.MOST_CELLS)
+    shape, per = (400, 10, 30, 36), (1, 1, 6, 6)
+    bounds = point_bounds_module.PointBounds(shape, 4, Costs(local=False), Reader(local=False), True)
+    points = np.asarray([[3, 4]])
+    start = np.asarray([0, 0, 0, 0])
+
+    def bounded(rows: np.ndarray, stop: tuple[int, ...]) -> np.ndarray:
+        return bounds.aligned_reads(rows, rows * np.asarray(per), np.ones(len(rows), dtype=bool),
+                                    np.full(len(rows), 36.0), start, np.asarray(stop), [2, 3], points, ranked=True)[0]
+
+    calls = point_bounds_module.ROWS_A_CALL
+    many, few = np.asarray([(8, 2, 5, 6)] * calls), np.asarray([(8, 5, 5, 6)] * (calls - 1))
+    assert (bounded(many, (400, 10, 1, 1)) > 0).all()  # 50 x 5 chunks: within 256
+    assert (bounded(few, (400, 10, 1, 1)) == 0).all()
+    both = bounded(np.concatenate([many, few]), (400, 10, 1, 1))
+    assert (both[:calls] > 0).all() and (both[calls:] == 0).all()
+    assert (bounded(many // np.asarray([2, 1, 1, 1]), (400, 10, 1, 1)) == 0).all()  # 100 x 5: past 256 for one point
 
 
 @pytest.mark.usefixtures("bound_kernels")

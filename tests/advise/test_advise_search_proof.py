@@ -487,6 +487,7 @@ def test_profiles_through_several_chunks_raise_pairwise_bounds_and_stay_below(mo
     from xarray_zarrmax.advise import point_bounds
 
     monkeypatch.setattr(point_bounds, "MOST_CELLS_NUMPY", point_bounds.MOST_CELLS)  # (numpy held to it too)
+    monkeypatch.setattr(point_bounds, "ROWS_A_CALL", 1)  # (a sample of the grid: a few layouts a chunk length)
     shape, dims = (45, 10, 31, 37), DIMS
     rng = np.random.default_rng(44)
     columns = np.unravel_index(rng.choice(shape[2] * shape[3], size=16, replace=False), shape[2:])

@@ -15,6 +15,7 @@ from xarray_zarrmax.advise import kernels
 from xarray_zarrmax.advise.memo import KeyedValues
 from xarray_zarrmax.advise.merges import MOST_PAIRED, MOST_POINTS, point_breaks, point_components
 from xarray_zarrmax.advise.model import Costs, Reader
+from xarray_zarrmax.advise.ranged import CHUNKS_PER_WINDOW, POINT_WINDOWS
 
 #: Chunks at most of a pointwise read whose box crosses chunks along a dimension it does not point along (points times
 #: those chunks) for which `PointBounds.aligned_reads` ranks every one: about 60-90 ns of a thread a chunk (16 us a
@@ -22,6 +23,13 @@ from xarray_zarrmax.advise.model import Costs, Reader
 #: (`ranged.ranged_points`, a level up, in one thread) of about 220 us a layout there. Chosen for time on the
 #: search-time table's profiles (docs/dev/logs/advise_search_profiles_ab.md), fitted on neither validation set
 MOST_CELLS = 4096
+
+#: Layouts at least of one chunk length (along the dimensions a read does not point along) for `aligned_reads`
+#: to rank their chunks: a call's own work (its cells, about 100 us) costs more than it spares a few layouts. Measured
+#: on a point of a 5-D read crossing up to 256 chunks (3,257 such lengths of 3.5 layouts each), warm, against none
+#: ranked: 1 took 1.40-1.47 s against 1.05-1.08, 4 took 1.28-1.30 against 1.13-1.17, 8 1.18-1.21 against 1.13-1.22;
+#: profiles at 100 points on MinIO (345 lengths of 86 layouts) 2-3% slower at 8 than at 1
+ROWS_A_CALL = 8
 
 #: `MOST_CELLS` where the package was built without its compiled kernels: none. Numpy's form of the ranks costs far
 #: more a chunk than the ranges' count it would spare (a review measured profiles at 100 points on MinIO 226.7 s with
@@ -102,8 +110,10 @@ class PointBounds:
         more each break between its chunks, a request at least a shard read whole; and (``ranked``, on an object
         store) the bytes at least between the chunks its runs merge. Where the read touches more than one chunk along
         a dimension it does not point along (a profile through several chunks of time), every chunk it touches
-        (`wide_cells`), ranked only, on an object store and up to `cells_ranked` of them. 0 (no bound) for layouts
-        not sharded, past those chunks, or past `merges.MOST_POINTS` points."""
+        (`wide_cells`), ranked only, on an object store and up to `cells_ranked` of them (and as many as the ranges'
+        level counts, `ranged.CHUNKS_PER_WINDOW` a point up to `ranged.POINT_WINDOWS` points), for chunk lengths of
+        `ROWS_A_CALL` layouts or more. 0 (no bound) for layouts not sharded, past those chunks, or past
+        `merges.MOST_POINTS` points."""
         out, between = np.zeros(chunks.shape[0]), np.zeros(chunks.shape[0])
         if points.shape[0] > MOST_POINTS:
             return out, between
@@ -121,17 +131,20 @@ class PointBounds:
         # and only as far as the kernel's form affords (`cells_ranked`)
         if not ranked or not others or self.reader.local:
             return out, between
+        # (no more than the ranges' level counts a layout's ranges for, `ranged.ranged_points`: past them the layout is
+        # costed sooner than ranked; a point of a 5-D read crossing 4,096 chunks took a search 1.2x as long)
+        most = min(cells_ranked(), CHUNKS_PER_WINDOW * min(points.shape[0], POINT_WINDOWS))
         cells = points.shape[0] * np.prod((last - first + 1).astype(np.float64), axis=1)
-        wide = np.flatnonzero(bounded & ~single & (cells <= cells_ranked()))
-        if wide.size == 0:
+        wide = np.flatnonzero(bounded & ~single & (cells <= most))
+        if wide.size < ROWS_A_CALL:
             return out, between
         # the read's chunks depend on the chunk lengths along the other dimensions: a call per distinct lengths, the
         # calls at once on the machine's cores (most are of fewer layouts than a call splits)
-        lengths, inverse = np.unique(chunks[wide][:, others], axis=0, return_inverse=True)
+        lengths, inverse, many = np.unique(chunks[wide][:, others], axis=0, return_inverse=True, return_counts=True)
         inverse = inverse.ravel()
         groups = [(wide[inverse == g], wide_cells(start, stop, dims, points, others, along))
-                  for g, along in enumerate(lengths)]
-        if len(groups) > 1 and wide.size >= kernels.ROWS_A_THREAD:
+                  for g, along in enumerate(lengths) if many[g] >= ROWS_A_CALL]
+        if len(groups) > 1 and sum(rows.size for rows, _ in groups) >= kernels.ROWS_A_THREAD:
             kernels.in_threads([functools.partial(self._breaks, rows, chunks, outer, at, True, out, between, False)
                                 for rows, at in groups])
         else:  # (one call at a time, each split over the cores if large)
