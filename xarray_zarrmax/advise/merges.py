@@ -204,13 +204,9 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
     shards, ranged, breaks, merged = np.zeros((4, k))
     if k == 0 or points.shape[0] == 0:
         return shards, ranged, breaks, merged
-    outside = np.argwhere((points < 0) | (points >= shape[None]))
-    if outside.size:  # (as the kernel refuses them: its tables of a layout's chunks end at the array's)
-        i, d = (int(v) for v in outside[0])
-        raise ValueError(f"point_breaks: point {i} is {int(points[i, d])} along dimension {d}, expected 0 to "
-                         f"{int(shape[d]) - 1}")
     gap = min(int(gap), _SATURATED)
-    if kernels.compiled is not None:  # (it leaves the layouts past int64's room at 0 itself, as below)
+    if kernels.compiled is not None:  # (the kernel leaves the layouts past int64's room at 0 and refuses a point
+        # outside the array, as below: its tables of a layout's chunks end at the array's)
         compiled, ints = kernels.compiled, kernels.ints
         chunks, per, shape, points, enc = ints(chunks), ints(per), ints(shape), ints(points), kernels.floats(chunk_enc)
 
@@ -224,6 +220,11 @@ def point_breaks(chunks: np.ndarray, per: np.ndarray, shape: np.ndarray, points:
         else:
             part(0, k)
         return shards, ranged, breaks, merged
+    outside = np.argwhere((points < 0) | (points >= shape[None]))
+    if outside.size:
+        i, d = (int(v) for v in outside[0])
+        raise ValueError(f"point_breaks: point {i} is {int(points[i, d])} along dimension {d}, expected 0 to "
+                         f"{int(shape[d]) - 1}")
     # a shard's codes and the grid of shards' keys in int64, or no bound (0): far past any layout the search lists
     grid = -(-shape[None] // chunks)
     # (the shards across as an exact saturated product, as the kernel's: a float product rounds up to 2^62 from below)
